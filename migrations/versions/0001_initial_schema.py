@@ -1,0 +1,602 @@
+"""initial schema
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29 10:59:57.241934
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+import shared.sqltypes
+
+revision: str = "0001"
+down_revision: str | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    postgresql = op.get_bind().dialect.name == "postgresql"
+    if postgresql:
+        # Trigram indexes make `ILIKE '%text%'` error search fast on PostgreSQL.
+        op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    op.create_table(
+        "alerts",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("rule", sa.String(length=100), nullable=False),
+        sa.Column("subject", sa.String(length=200), nullable=False),
+        sa.Column("status", sa.String(length=16), server_default="open", nullable=False),
+        sa.Column(
+            "opened_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "last_seen_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("resolved_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("count", sa.Integer(), server_default=sa.text("1"), nullable=False),
+        sa.Column("message", sa.Text(), nullable=False),
+        sa.Column("details", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("notify_key", sa.String(length=200), nullable=True),
+        sa.Column("acknowledged_by", sa.String(length=100), nullable=True),
+        sa.Column("acknowledged_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("acknowledged_note", sa.Text(), nullable=True),
+        sa.CheckConstraint("status IN ('open', 'resolved')", name=op.f("ck_alerts_status")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_alerts")),
+        sa.UniqueConstraint("notify_key", name=op.f("uq_alerts_notify_key")),
+    )
+    with op.batch_alter_table("alerts", schema=None) as batch_op:
+        batch_op.create_index("ix_alerts_opened_at", ["opened_at"], unique=False)
+        batch_op.create_index(
+            "uq_alerts_open_rule_subject",
+            ["rule", "subject"],
+            unique=True,
+            postgresql_where=sa.text("status = 'open'"),
+            sqlite_where=sa.text("status = 'open'"),
+        )
+
+    op.create_table(
+        "audit_log",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column(
+            "at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("actor", sa.String(length=100), nullable=False),
+        sa.Column("action", sa.String(length=50), nullable=False),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
+        sa.Column(
+            "new_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
+        ),
+        sa.Column("subject", sa.String(length=200), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("details", shared.sqltypes.JSONDocument, nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
+    )
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.create_index("ix_audit_log_actor_at", ["actor", "at"], unique=False)
+        batch_op.create_index("ix_audit_log_at", ["at"], unique=False)
+        batch_op.create_index("ix_audit_log_job_id", ["job_id"], unique=False)
+
+    op.create_table(
+        "circuit_breakers",
+        sa.Column("key", sa.String(length=200), nullable=False),
+        sa.Column("state", sa.String(length=16), server_default="closed", nullable=False),
+        sa.Column(
+            "consecutive_failures", sa.Integer(), server_default=sa.text("0"), nullable=False
+        ),
+        sa.Column("opened_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("retry_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column(
+            "updated_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.CheckConstraint(
+            "state IN ('closed', 'open', 'half_open')", name=op.f("ck_circuit_breakers_state")
+        ),
+        sa.PrimaryKeyConstraint("key", name=op.f("pk_circuit_breakers")),
+    )
+    op.create_table(
+        "effects",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("key", sa.String(length=300), nullable=False),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("detail", shared.sqltypes.JSONDocument, nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_effects")),
+        sa.UniqueConstraint("key", name=op.f("uq_effects_key")),
+    )
+    op.create_table(
+        "jobs",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("queue", sa.String(length=100), server_default="default", nullable=False),
+        sa.Column(
+            "payload", shared.sqltypes.JSONDocument, server_default=sa.text("'{}'"), nullable=False
+        ),
+        sa.Column("status", sa.String(length=16), server_default="queued", nullable=False),
+        sa.Column("priority", sa.SmallInteger(), server_default=sa.text("5"), nullable=False),
+        sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("max_attempts", sa.Integer(), server_default=sa.text("5"), nullable=False),
+        sa.Column(
+            "next_run_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "updated_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("started_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("locked_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("locked_by", sa.String(length=100), nullable=True),
+        sa.Column("lease_token", sa.BigInteger(), nullable=True),
+        sa.Column("lease_expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("timeout_seconds", sa.Float(), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
+        sa.Column("idempotency_key", sa.String(length=200), nullable=True),
+        sa.Column("group_key", sa.String(length=200), nullable=True),
+        sa.Column("progress", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("result", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column(
+            "retried_from_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
+        ),
+        sa.Column("resolution", sa.String(length=16), nullable=True),
+        sa.Column("resolved_by", sa.String(length=100), nullable=True),
+        sa.Column("resolved_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("resolution_reason", sa.Text(), nullable=True),
+        sa.CheckConstraint(
+            "resolution IS NULL OR resolution IN ('requeued', 'fixed', 'ignored')",
+            name=op.f("ck_jobs_resolution"),
+        ),
+        sa.CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')",
+            name=op.f("ck_jobs_status"),
+        ),
+        sa.CheckConstraint(
+            "attempts >= 0 AND attempts <= max_attempts", name=op.f("ck_jobs_attempts")
+        ),
+        sa.CheckConstraint(
+            "length(job_type) BETWEEN 1 AND 100 AND length(queue) BETWEEN 1 AND 100",
+            name=op.f("ck_jobs_names"),
+        ),
+        sa.CheckConstraint("max_attempts BETWEEN 1 AND 100", name=op.f("ck_jobs_max_attempts")),
+        sa.CheckConstraint("priority BETWEEN 0 AND 9", name=op.f("ck_jobs_priority")),
+        sa.CheckConstraint(
+            "timeout_seconds IS NULL OR timeout_seconds > 0", name=op.f("ck_jobs_timeout")
+        ),
+        sa.ForeignKeyConstraint(
+            ["retried_from_id"],
+            ["jobs.id"],
+            name=op.f("fk_jobs_retried_from_id_jobs"),
+            ondelete="SET NULL",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
+    )
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_jobs_active_group",
+            ["group_key", "priority", "id"],
+            unique=False,
+            postgresql_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+            sqlite_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+        )
+        batch_op.create_index(
+            "ix_jobs_claimable",
+            ["queue", "priority", "next_run_at", "id"],
+            unique=False,
+            postgresql_where=sa.text("status IN ('failed', 'queued')"),
+            sqlite_where=sa.text("status IN ('failed', 'queued')"),
+        )
+        batch_op.create_index(
+            "ix_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
+        )
+        batch_op.create_index("ix_jobs_retried_from_id", ["retried_from_id"], unique=False)
+        batch_op.create_index(
+            "ix_jobs_running_lease",
+            ["lease_expires_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+        batch_op.create_index("ix_jobs_status_finished_at", ["status", "finished_at"], unique=False)
+        batch_op.create_index(
+            "ix_jobs_status_queue_job_type", ["status", "queue", "job_type"], unique=False
+        )
+        batch_op.create_index(
+            "uq_jobs_idempotency_key",
+            ["idempotency_key"],
+            unique=True,
+            postgresql_where=sa.text("retried_from_id IS NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL"),
+        )
+        batch_op.create_index(
+            "uq_jobs_running_group_key",
+            ["group_key"],
+            unique=True,
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+
+    op.create_table(
+        "leases",
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("holder", sa.String(length=100), nullable=False),
+        sa.Column(
+            "acquired_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
+    )
+    op.create_table(
+        "operators",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("username", sa.String(length=100), nullable=False),
+        sa.Column("password_hash", sa.String(length=255), nullable=False),
+        sa.Column("role", sa.String(length=16), nullable=False),
+        sa.Column("disabled", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("last_login_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.CheckConstraint(
+            "role IN ('viewer', 'operator', 'admin')", name=op.f("ck_operators_role")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_operators")),
+        sa.UniqueConstraint("username", name=op.f("uq_operators_username")),
+    )
+    op.create_table(
+        "rate_limits",
+        sa.Column("key", sa.String(length=200), nullable=False),
+        sa.Column("tokens", sa.Float(), nullable=False),
+        sa.Column(
+            "updated_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("key", name=op.f("pk_rate_limits")),
+    )
+    op.create_table(
+        "report_runs",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
+        sa.Column("report", sa.String(length=100), nullable=False),
+        sa.Column("params", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("requested_by", sa.String(length=100), nullable=True),
+        sa.Column("status", sa.String(length=16), server_default="running", nullable=False),
+        sa.Column("chunks_total", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("chunks_done", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("rows", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("file_path", sa.Text(), nullable=True),
+        sa.Column("size_bytes", sa.BigInteger(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("finished_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.CheckConstraint(
+            "status IN ('running', 'succeeded', 'failed', 'cancelled')",
+            name=op.f("ck_report_runs_status"),
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_report_runs")),
+    )
+    op.create_table(
+        "webhook_endpoints",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("url", sa.Text(), nullable=False),
+        sa.Column("secret", sa.String(length=200), nullable=False),
+        sa.Column("previous_secret", sa.String(length=200), nullable=True),
+        sa.Column(
+            "previous_secret_expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column("paused", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("paused_until", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("paused_reason", sa.Text(), nullable=True),
+        sa.Column("disabled_reason", sa.Text(), nullable=True),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "updated_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_endpoints")),
+        sa.UniqueConstraint("name", name=op.f("uq_webhook_endpoints_name")),
+    )
+    op.create_table(
+        "workers",
+        sa.Column("id", sa.String(length=100), nullable=False),
+        sa.Column("host", sa.String(length=255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("queues", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("job_types", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("concurrency", sa.Integer(), nullable=False),
+        sa.Column("version", sa.String(length=50), nullable=False),
+        sa.Column(
+            "started_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "last_seen_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("stopping", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
+    )
+    with op.batch_alter_table("workers", schema=None) as batch_op:
+        batch_op.create_index("ix_workers_last_seen_at", ["last_seen_at"], unique=False)
+
+    op.create_table(
+        "job_attempts",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("worker_id", sa.String(length=100), nullable=True),
+        sa.Column("started_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "finished_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("outcome", sa.String(length=16), nullable=False),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
+        sa.CheckConstraint(
+            "outcome IN ('succeeded', 'failed', 'timeout', 'lost', 'permanent', 'released')",
+            name=op.f("ck_job_attempts_outcome"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_job_attempts_job_id_jobs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
+    )
+    with op.batch_alter_table("job_attempts", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_job_attempts_error_fingerprint", ["error_fingerprint"], unique=False
+        )
+        batch_op.create_index("ix_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False)
+
+    op.create_table(
+        "report_chunk_results",
+        sa.Column("run_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("chunk_index", sa.Integer(), nullable=False),
+        sa.Column("rows", sa.Integer(), nullable=False),
+        sa.Column("data", shared.sqltypes.JSONDocument, nullable=False),
+        sa.Column(
+            "created_at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.ForeignKeyConstraint(
+            ["run_id"],
+            ["report_runs.id"],
+            name=op.f("fk_report_chunk_results_run_id_report_runs"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("run_id", "chunk_index", name=op.f("pk_report_chunk_results")),
+    )
+    op.create_table(
+        "webhook_deliveries",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("endpoint", sa.String(length=100), nullable=False),
+        sa.Column("webhook_id", sa.String(length=200), nullable=False),
+        sa.Column("url", sa.Text(), nullable=False),
+        sa.Column(
+            "at",
+            shared.sqltypes.UTCDateTime(timezone=True),
+            server_default=shared.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("status_code", sa.Integer(), nullable=True),
+        sa.Column("latency_ms", sa.Float(), nullable=True),
+        sa.Column("outcome", sa.String(length=32), nullable=False),
+        sa.Column("response_excerpt", sa.Text(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["job_id"],
+            ["jobs.id"],
+            name=op.f("fk_webhook_deliveries_job_id_jobs"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_deliveries")),
+    )
+    with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
+        batch_op.create_index("ix_webhook_deliveries_endpoint_at", ["endpoint", "at"], unique=False)
+        batch_op.create_index("ix_webhook_deliveries_job_id", ["job_id"], unique=False)
+    if postgresql:
+        op.create_index(
+            "ix_jobs_last_error_trgm",
+            "jobs",
+            ["last_error"],
+            postgresql_using="gin",
+            postgresql_ops={"last_error": "gin_trgm_ops"},
+        )
+        op.create_index(
+            "ix_job_attempts_error_trgm",
+            "job_attempts",
+            ["error"],
+            postgresql_using="gin",
+            postgresql_ops={"error": "gin_trgm_ops"},
+        )
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_job_attempts_error_trgm", table_name="job_attempts")
+        op.drop_index("ix_jobs_last_error_trgm", table_name="jobs")
+    with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
+        batch_op.drop_index("ix_webhook_deliveries_job_id")
+        batch_op.drop_index("ix_webhook_deliveries_endpoint_at")
+
+    op.drop_table("webhook_deliveries")
+    op.drop_table("report_chunk_results")
+    with op.batch_alter_table("job_attempts", schema=None) as batch_op:
+        batch_op.drop_index("ix_job_attempts_job_id_attempt")
+        batch_op.drop_index("ix_job_attempts_error_fingerprint")
+
+    op.drop_table("job_attempts")
+    with op.batch_alter_table("workers", schema=None) as batch_op:
+        batch_op.drop_index("ix_workers_last_seen_at")
+
+    op.drop_table("workers")
+    op.drop_table("webhook_endpoints")
+    op.drop_table("report_runs")
+    op.drop_table("rate_limits")
+    op.drop_table("operators")
+    op.drop_table("leases")
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_index(
+            "uq_jobs_running_group_key",
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+        batch_op.drop_index(
+            "uq_jobs_idempotency_key",
+            postgresql_where=sa.text("retried_from_id IS NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL"),
+        )
+        batch_op.drop_index("ix_jobs_status_queue_job_type")
+        batch_op.drop_index("ix_jobs_status_finished_at")
+        batch_op.drop_index(
+            "ix_jobs_running_lease",
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+        batch_op.drop_index("ix_jobs_retried_from_id")
+        batch_op.drop_index("ix_jobs_dead_fingerprint")
+        batch_op.drop_index(
+            "ix_jobs_claimable",
+            postgresql_where=sa.text("status IN ('failed', 'queued')"),
+            sqlite_where=sa.text("status IN ('failed', 'queued')"),
+        )
+        batch_op.drop_index(
+            "ix_jobs_active_group",
+            postgresql_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+            sqlite_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+        )
+
+    op.drop_table("jobs")
+    op.drop_table("effects")
+    op.drop_table("circuit_breakers")
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.drop_index("ix_audit_log_job_id")
+        batch_op.drop_index("ix_audit_log_at")
+        batch_op.drop_index("ix_audit_log_actor_at")
+
+    op.drop_table("audit_log")
+    with op.batch_alter_table("alerts", schema=None) as batch_op:
+        batch_op.drop_index(
+            "uq_alerts_open_rule_subject",
+            postgresql_where=sa.text("status = 'open'"),
+            sqlite_where=sa.text("status = 'open'"),
+        )
+        batch_op.drop_index("ix_alerts_opened_at")
+
+    op.drop_table("alerts")

@@ -1,0 +1,42 @@
+"""Exceptions that cross module boundaries: bad input and the handler-facing error kinds."""
+
+from __future__ import annotations
+
+
+class JobdeskError(Exception):
+    """Base class for errors raised by Jobdesk itself."""
+
+
+class ValidationError(JobdeskError, ValueError):
+    """Input refused before anything was written; `field` names what was wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class PermanentError(JobdeskError):
+    """Raised by a handler when retrying cannot help (bad address, 400, deleted account):
+    the job goes to `dead` at once without burning its remaining attempts."""
+
+
+class RetryAfter(JobdeskError):
+    """Raised by a handler to retry at a given time (e.g. a provider's `Retry-After`).
+
+    Counts as a failed attempt; the delay is capped by the retry policy.
+    """
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        if not seconds >= 0:
+            raise ValueError("RetryAfter seconds must be >= 0")
+        super().__init__(message or f"retry after {seconds:g}s")
+        self.seconds = float(seconds)
+
+
+class ConflictError(JobdeskError):
+    """An operator action lost a race (the job changed since the page was loaded)."""
+
+
+class NotFoundError(JobdeskError, LookupError):
+    """The referenced row does not exist."""

@@ -1,0 +1,448 @@
+"""The schema: one set of typed SQLAlchemy 2 models shared by the worker and the dashboard.
+
+Table names are part of the public contract (apps insert into `jobs` with plain SQL).
+Server-side defaults fill every optional column so such an insert needs only
+`job_type` and `payload`. CHECK constraints repeat the Python validation as a backstop,
+and two partial indexes carry the queue's hot path:
+
+- `ix_jobs_claimable`: only `queued`/`failed` rows, in claim order, so finished rows
+  never slow the claim down;
+- `uq_jobs_running_group_key`: at most one `running` job per `group_key` — per-key
+  serial execution is a database fact, not a hope.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from shared.sqltypes import JSONDocument, UTCDateTime, utcnow
+from shared.states import ALL_STATUSES, CLAIMABLE, AttemptOutcome, JobStatus, Resolution
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+PRIORITY_MIN = 0
+PRIORITY_MAX = 9
+PRIORITY_DEFAULT = 5
+MAX_ATTEMPTS_MIN = 1
+MAX_ATTEMPTS_MAX = 100
+MAX_ATTEMPTS_DEFAULT = 5
+DEFAULT_QUEUE = "default"
+NAME_LENGTH = 100
+KEY_LENGTH = 200
+
+#: SQLite only aliases INTEGER PRIMARY KEY to the rowid; BIGINT would lose autoincrement.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _in_list(column: str, values: tuple[str, ...] | list[str]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
+
+_CLAIMABLE_SQL = _in_list("status", sorted(CLAIMABLE))
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSONDocument}
+
+
+class Job(Base):
+    """One unit of work: what to do (`job_type` + `payload`), when, and how it went."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), server_default=DEFAULT_QUEUE)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONDocument, server_default=sa.text("'{}'"))
+    status: Mapped[str] = mapped_column(sa.String(16), server_default=JobStatus.QUEUED.value)
+    priority: Mapped[int] = mapped_column(
+        sa.SmallInteger, server_default=sa.text(str(PRIORITY_DEFAULT))
+    )
+    attempts: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    max_attempts: Mapped[int] = mapped_column(
+        sa.Integer, server_default=sa.text(str(MAX_ATTEMPTS_DEFAULT))
+    )
+    next_run_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    locked_at: Mapped[datetime | None]
+    locked_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    lease_token: Mapped[int | None] = mapped_column(sa.BigInteger)
+    lease_expires_at: Mapped[datetime | None]
+    timeout_seconds: Mapped[float | None] = mapped_column(sa.Float)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    error_fingerprint: Mapped[str | None] = mapped_column(sa.String(32))
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    group_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    retried_from_id: Mapped[int | None] = mapped_column(
+        BigId, sa.ForeignKey("jobs.id", ondelete="SET NULL")
+    )
+    resolution: Mapped[str | None] = mapped_column(sa.String(16))
+    resolved_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    resolved_at: Mapped[datetime | None]
+    resolution_reason: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.CheckConstraint(_in_list("status", list(ALL_STATUSES)), name="status"),
+        sa.CheckConstraint(
+            "resolution IS NULL OR " + _in_list("resolution", list(Resolution)),
+            name="resolution",
+        ),
+        sa.CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+        sa.CheckConstraint(
+            f"max_attempts BETWEEN {MAX_ATTEMPTS_MIN} AND {MAX_ATTEMPTS_MAX}", name="max_attempts"
+        ),
+        sa.CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority"),
+        sa.CheckConstraint(
+            f"length(job_type) BETWEEN 1 AND {NAME_LENGTH} AND length(queue) BETWEEN 1 AND "
+            f"{NAME_LENGTH}",
+            name="names",
+        ),
+        sa.CheckConstraint("timeout_seconds IS NULL OR timeout_seconds > 0", name="timeout"),
+        sa.Index(
+            "ix_jobs_claimable",
+            "queue",
+            "priority",
+            "next_run_at",
+            "id",
+            postgresql_where=sa.text(_CLAIMABLE_SQL),
+            sqlite_where=sa.text(_CLAIMABLE_SQL),
+        ),
+        sa.Index(
+            "uq_jobs_running_group_key",
+            "group_key",
+            unique=True,
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        ),
+        # A group's order: active jobs by (priority, id); the claim checks for predecessors.
+        sa.Index(
+            "ix_jobs_active_group",
+            "group_key",
+            "priority",
+            "id",
+            postgresql_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+            sqlite_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+        ),
+        # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
+        # key is unique among original enqueues only.
+        sa.Index(
+            "uq_jobs_idempotency_key",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=sa.text("retried_from_id IS NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL"),
+        ),
+        sa.Index(
+            "ix_jobs_running_lease",
+            "lease_expires_at",
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        ),
+        sa.Index("ix_jobs_status_queue_job_type", "status", "queue", "job_type"),
+        sa.Index("ix_jobs_status_finished_at", "status", "finished_at"),
+        sa.Index("ix_jobs_retried_from_id", "retried_from_id"),
+        sa.Index("ix_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        sa.Index(
+            "ix_jobs_last_error_trgm",
+            "last_error",
+            postgresql_using="gin",
+            postgresql_ops={"last_error": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
+    )
+
+
+class JobAttempt(Base):
+    """One row per finished attempt: who ran it, how it ended, the (masked) error."""
+
+    __tablename__ = "job_attempts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(sa.Integer)
+    worker_id: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    outcome: Mapped[str] = mapped_column(sa.String(16))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    error_fingerprint: Mapped[str | None] = mapped_column(sa.String(32))
+
+    __table_args__ = (
+        sa.CheckConstraint(_in_list("outcome", list(AttemptOutcome)), name="outcome"),
+        sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
+        sa.Index("ix_job_attempts_error_fingerprint", "error_fingerprint"),
+        sa.Index(
+            "ix_job_attempts_error_trgm",
+            "error",
+            postgresql_using="gin",
+            postgresql_ops={"error": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
+    )
+
+
+class AuditEntry(Base):
+    """Append-only record of operator actions, written in the action's own transaction."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    actor: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    action: Mapped[str] = mapped_column(sa.String(50))
+    job_id: Mapped[int | None] = mapped_column(BigId)
+    new_job_id: Mapped[int | None] = mapped_column(BigId)
+    subject: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+
+    __table_args__ = (
+        sa.Index("ix_audit_log_job_id", "job_id"),
+        sa.Index("ix_audit_log_at", "at"),
+        sa.Index("ix_audit_log_actor_at", "actor", "at"),
+    )
+
+
+class Effect(Base):
+    """Idempotency ledger: a side effect done under a stable key is never done again."""
+
+    __tablename__ = "effects"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(sa.String(300), unique=True)
+    job_id: Mapped[int | None] = mapped_column(BigId)
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+
+
+class WebhookEndpoint(Base):
+    """A named webhook destination with its signing secret(s) and operator pause."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), unique=True)
+    url: Mapped[str] = mapped_column(sa.Text)
+    secret: Mapped[str] = mapped_column(sa.String(200))
+    previous_secret: Mapped[str | None] = mapped_column(sa.String(200))
+    previous_secret_expires_at: Mapped[datetime | None]
+    paused: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    paused_until: Mapped[datetime | None]
+    paused_reason: Mapped[str | None] = mapped_column(sa.Text)
+    disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+
+class WebhookDelivery(Base):
+    """One HTTP request made for a webhook job: what was sent and what came back."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(sa.Integer)
+    endpoint: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    webhook_id: Mapped[str] = mapped_column(sa.String(KEY_LENGTH))
+    url: Mapped[str] = mapped_column(sa.Text)
+    at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    status_code: Mapped[int | None] = mapped_column(sa.Integer)
+    latency_ms: Mapped[float | None] = mapped_column(sa.Float)
+    outcome: Mapped[str] = mapped_column(sa.String(32))
+    response_excerpt: Mapped[str | None] = mapped_column(sa.Text)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.Index("ix_webhook_deliveries_job_id", "job_id"),
+        sa.Index("ix_webhook_deliveries_endpoint_at", "endpoint", "at"),
+    )
+
+
+class CircuitBreaker(Base):
+    """Per-destination breaker state shared by every worker process."""
+
+    __tablename__ = "circuit_breakers"
+
+    key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16), server_default="closed")
+    consecutive_failures: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    opened_at: Mapped[datetime | None]
+    retry_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+    __table_args__ = (sa.CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
+
+
+class RateLimitBucket(Base):
+    """Token bucket per named limit (`smtp:default`, `webhook:crm`), shared via the DB."""
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
+    tokens: Mapped[float] = mapped_column(sa.Float)
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+
+class Lease(Base):
+    """Named leases; `leader` elects the one worker that runs maintenance."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    acquired_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    expires_at: Mapped[datetime]
+
+
+class Worker(Base):
+    """A running worker process and its heartbeat."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    pid: Mapped[int] = mapped_column(sa.Integer)
+    queues: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    job_types: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    concurrency: Mapped[int] = mapped_column(sa.Integer)
+    version: Mapped[str] = mapped_column(sa.String(50))
+    started_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    last_seen_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    stopping: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+
+    __table_args__ = (sa.Index("ix_workers_last_seen_at", "last_seen_at"),)
+
+
+class Alert(Base):
+    """An alert raised by a maintenance check; one open row per (rule, subject)."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    rule: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    subject: Mapped[str] = mapped_column(sa.String(KEY_LENGTH))
+    status: Mapped[str] = mapped_column(sa.String(16), server_default="open")
+    opened_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    last_seen_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    resolved_at: Mapped[datetime | None]
+    count: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("1"))
+    message: Mapped[str] = mapped_column(sa.Text)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    notify_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH), unique=True)
+    acknowledged_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    acknowledged_at: Mapped[datetime | None]
+    acknowledged_note: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('open', 'resolved')", name="status"),
+        sa.Index(
+            "uq_alerts_open_rule_subject",
+            "rule",
+            "subject",
+            unique=True,
+            postgresql_where=sa.text("status = 'open'"),
+            sqlite_where=sa.text("status = 'open'"),
+        ),
+        sa.Index("ix_alerts_opened_at", "opened_at"),
+    )
+
+
+class Operator(Base):
+    """A dashboard user with a role: viewer (read), operator (triage), admin (everything)."""
+
+    __tablename__ = "operators"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), unique=True)
+    password_hash: Mapped[str] = mapped_column(sa.String(255))
+    role: Mapped[str] = mapped_column(sa.String(16))
+    disabled: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    last_login_at: Mapped[datetime | None]
+
+    __table_args__ = (sa.CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+
+
+class ReportRun(Base):
+    """One requested report: its fan-out progress and where the result lives."""
+
+    __tablename__ = "report_runs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int | None] = mapped_column(BigId)
+    report: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    requested_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    status: Mapped[str] = mapped_column(sa.String(16), server_default="running")
+    chunks_total: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    chunks_done: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    rows: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    file_path: Mapped[str | None] = mapped_column(sa.Text)
+    size_bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    finished_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        sa.CheckConstraint(
+            "status IN ('running', 'succeeded', 'failed', 'cancelled')", name="status"
+        ),
+    )
+
+
+class ReportChunkResult(Base):
+    """The output of one report chunk, kept until the run is assembled."""
+
+    __tablename__ = "report_chunk_results"
+
+    run_id: Mapped[int] = mapped_column(
+        BigId, sa.ForeignKey("report_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    chunk_index: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    rows: Mapped[int] = mapped_column(sa.Integer)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+
+metadata = Base.metadata
+
+
+def _table(model: type[Base]) -> sa.Table:
+    return cast(sa.Table, model.__table__)
+
+
+jobs = _table(Job)
+job_attempts = _table(JobAttempt)
+audit_log = _table(AuditEntry)
+effects = _table(Effect)
+webhook_endpoints = _table(WebhookEndpoint)
+webhook_deliveries = _table(WebhookDelivery)
+circuit_breakers = _table(CircuitBreaker)
+rate_limits = _table(RateLimitBucket)
+leases = _table(Lease)
+workers = _table(Worker)
+alerts = _table(Alert)
+operators = _table(Operator)
+report_runs = _table(ReportRun)
+report_chunk_results = _table(ReportChunkResult)

@@ -1,0 +1,100 @@
+"""The job lifecycle: every state name, the named groups of states and the allowed moves.
+
+This module is the single owner of state names. Everything else imports the
+`JobStatus` members and the named groups below instead of retyping lists of strings,
+so adding or renaming a state is a change in one place.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life. Each docstring says who moves jobs *out* of the state."""
+
+    QUEUED = "queued"
+    """Waiting for its `next_run_at`. Moved out by a worker's claim or an operator's cancel."""
+
+    RUNNING = "running"
+    """Claimed by a worker under a lease. Moved out by that worker (complete, fail, snooze,
+    release) or, when the lease expires, by the reaper."""
+
+    SUCCEEDED = "succeeded"
+    """Final. Only the pruner removes it, after the retention period."""
+
+    FAILED = "failed"
+    """An attempt failed and another will run at `next_run_at`. Moved out by a worker's claim
+    or an operator's cancel."""
+
+    DEAD = "dead"
+    """Final: no more tries, a human decides. Never changes state again; triage writes a
+    resolution on it and retries create a new job. Only the pruner removes resolved ones."""
+
+    CANCELLED = "cancelled"
+    """Final: an operator stopped it before it ran again. Only the pruner removes it."""
+
+
+class Resolution(StrEnum):
+    """What an operator decided about a dead job (written on the dead row, never a state)."""
+
+    REQUEUED = "requeued"
+    FIXED = "fixed"
+    IGNORED = "ignored"
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt ended, as recorded in `job_attempts`."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+    """The worker holding the lease vanished; the reaper recorded the attempt."""
+    PERMANENT = "permanent"
+    """A permanent error sent the job to `dead` at once."""
+    RELEASED = "released"
+    """Handed back without running to the end (shutdown, rate limit, open breaker)."""
+
+
+#: States a worker may claim from (subject to `next_run_at`).
+CLAIMABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED})
+#: States of a job that will still run or is running.
+ACTIVE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED})
+#: States nothing moves a job out of.
+FINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
+#: States an operator can cancel from.
+CANCELLABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED})
+#: States that need a human decision.
+TRIAGEABLE: frozenset[JobStatus] = frozenset({JobStatus.DEAD})
+
+ALL_STATUSES: tuple[JobStatus, ...] = tuple(JobStatus)
+
+#: The only moves the system makes. `apply`-style writers check against this table and a
+#: test asserts every transition function stays inside it.
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.FAILED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.DEAD,
+            # snooze / release hand the job back without a failure
+            JobStatus.QUEUED,
+        }
+    ),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.DEAD: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+def is_allowed(source: JobStatus, target: JobStatus) -> bool:
+    """True when the lifecycle permits moving a job from `source` to `target`."""
+    return target in ALLOWED_TRANSITIONS[source]
+
+
+def sql_values(group: frozenset[JobStatus]) -> list[str]:
+    """The group's members as plain strings, sorted so generated SQL is stable."""
+    return sorted(str(status) for status in group)

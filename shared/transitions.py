@@ -1,0 +1,339 @@
+"""Every write that moves a job between states, each a compare-and-set.
+
+Worker-side transitions (`complete`, `fail`, `snooze`, `extend_lease`) only succeed while
+the row is `running` with the caller's `lease_token`: a worker that was paused past its
+lease, and whose job the reaper already handed to someone else, changes nothing and is
+told so (the functions return False / None). Each finished attempt writes its
+`job_attempts` row in the same statement or transaction.
+
+`TRANSITIONS` lists every function here with the states it moves jobs from and to; a
+test checks each pair against `states.ALLOWED_TRANSITIONS`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from shared.db import dump_json, is_postgresql
+from shared.masking import fingerprint, sanitize_error
+from shared.models import audit_log, job_attempts, jobs
+from shared.queue import JobRef
+from shared.retry import RetryPolicy, decide
+from shared.sqltypes import UTCDateTime
+from shared.states import CANCELLABLE, AttemptOutcome, JobStatus, sql_values
+
+log = logging.getLogger("jobdesk.transitions")
+
+R, Q, F, S, D, C = (
+    JobStatus.RUNNING,
+    JobStatus.QUEUED,
+    JobStatus.FAILED,
+    JobStatus.SUCCEEDED,
+    JobStatus.DEAD,
+    JobStatus.CANCELLED,
+)
+
+#: name → (from-states, to-states); checked against the lifecycle table by a test.
+TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    "claim": (frozenset({Q, F}), frozenset({R})),
+    "complete": (frozenset({R}), frozenset({S})),
+    "fail": (frozenset({R}), frozenset({F, D})),
+    "snooze": (frozenset({R}), frozenset({Q})),
+    "rescue": (frozenset({R}), frozenset({F, D})),
+    "cancel": (CANCELLABLE, frozenset({C})),
+}
+
+_RELEASE_LOCK: dict[str, Any] = {
+    "locked_by": None,
+    "locked_at": None,
+    "lease_token": None,
+    "lease_expires_at": None,
+}
+
+
+def _is_mine(ref: JobRef) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        jobs.c.id == ref.id,
+        jobs.c.status == JobStatus.RUNNING.value,
+        jobs.c.lease_token == ref.lease_token,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    ref: JobRef
+    result: Any = None
+
+
+def complete(conn: sa.Connection, ref: JobRef, *, now: datetime, result: Any = None) -> bool:
+    """Mark one attempt succeeded. False when the lease was lost (nothing written)."""
+    return bool(complete_many(conn, [Completion(ref, result)], now=now))
+
+
+def complete_many(
+    conn: sa.Connection, completions: Sequence[Completion], *, now: datetime
+) -> list[int]:
+    """Mark many attempts succeeded; returns the ids actually completed (fenced ones are
+    left out). On PostgreSQL one statement updates the jobs and writes their attempt rows.
+    """
+    if not completions:
+        return []
+    if is_postgresql(conn):
+        return _complete_many_postgresql(conn, completions, now)
+    done: list[int] = []
+    for item in completions:
+        updated = conn.execute(
+            sa.update(jobs)
+            .where(_is_mine(item.ref))
+            .values(
+                status=S.value,
+                finished_at=now,
+                updated_at=now,
+                result=item.result,
+                last_error=None,
+                error_fingerprint=None,
+                **_RELEASE_LOCK,
+            )
+            .returning(jobs.c.id)
+        ).first()
+        if updated is None:
+            log.warning(
+                "lease lost; completion of job %s ignored",
+                item.ref.id,
+                extra={"action": "lease_lost", "job_id": item.ref.id},
+            )
+            continue
+        _record_attempt(conn, item.ref, AttemptOutcome.SUCCEEDED, None, now)
+        done.append(item.ref.id)
+    return done
+
+
+def _complete_many_postgresql(
+    conn: sa.Connection, completions: Sequence[Completion], now: datetime
+) -> list[int]:
+    ids = [c.ref.id for c in completions]
+    tokens = [c.ref.lease_token for c in completions]
+    results = [None if c.result is None else dump_json(c.result) for c in completions]
+    workers = [c.ref.worker_id for c in completions]
+    # unnest() turns the arrays into a row source; the CTE writes the attempt rows in the
+    # same statement, so a batch of completions is one round trip.
+    statement = sa.text(
+        """
+        WITH batch AS (
+            SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS bigint[]),
+                                 CAST(:results AS jsonb[]), CAST(:workers AS text[]))
+                   AS b(id, token, result, worker)
+        ), done AS (
+            UPDATE jobs SET status = 'succeeded', finished_at = :now, updated_at = :now,
+                   result = batch.result, last_error = NULL, error_fingerprint = NULL,
+                   locked_by = NULL, locked_at = NULL, lease_token = NULL,
+                   lease_expires_at = NULL
+            FROM batch
+            WHERE jobs.id = batch.id AND jobs.status = 'running'
+              AND jobs.lease_token = batch.token
+            RETURNING jobs.id, jobs.attempts, jobs.started_at, batch.worker
+        ), attempts AS (
+            INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at,
+                                      outcome)
+            SELECT id, attempts, worker, started_at, :now, 'succeeded' FROM done
+        )
+        SELECT id FROM done
+        """
+    ).bindparams(
+        sa.bindparam("ids", ids, type_=pg.ARRAY(sa.BigInteger)),
+        sa.bindparam("tokens", tokens, type_=pg.ARRAY(sa.BigInteger)),
+        sa.bindparam("results", results, type_=pg.ARRAY(sa.Text)),
+        sa.bindparam("workers", workers, type_=pg.ARRAY(sa.Text)),
+        sa.bindparam("now", now, type_=UTCDateTime()),
+    )
+    done = list(conn.execute(statement).scalars())
+    if len(done) != len(ids):
+        lost = sorted(set(ids) - set(done))
+        log.warning(
+            "lease lost; completion of jobs %s ignored",
+            lost,
+            extra={"action": "lease_lost", "job_ids": lost},
+        )
+    return done
+
+
+def fail(
+    conn: sa.Connection,
+    ref: JobRef,
+    *,
+    error: str,
+    retry_at: datetime | None,
+    now: datetime,
+    outcome: AttemptOutcome = AttemptOutcome.FAILED,
+) -> JobStatus | None:
+    """Record a failed attempt: `failed` until `retry_at`, or `dead` when it is None.
+
+    Returns the new status, or None when the lease was lost.
+    """
+    clean = sanitize_error(error) or "unknown error"
+    print_ = fingerprint(clean)
+    target = F if retry_at is not None else D
+    values: dict[str, Any] = {
+        "status": target.value,
+        "last_error": clean,
+        "error_fingerprint": print_,
+        "updated_at": now,
+        **_RELEASE_LOCK,
+    }
+    if retry_at is not None:
+        values["next_run_at"] = retry_at
+    else:
+        values["finished_at"] = now
+    row = conn.execute(
+        sa.update(jobs).where(_is_mine(ref)).values(**values).returning(jobs.c.id)
+    ).first()
+    if row is None:
+        log.warning(
+            "lease lost; failure of job %s ignored",
+            ref.id,
+            extra={"action": "lease_lost", "job_id": ref.id},
+        )
+        return None
+    _record_attempt(conn, ref, outcome, clean, now, print_)
+    return target
+
+
+def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) -> bool:
+    """Hand the job back without counting the attempt (rate limit, open breaker, shutdown).
+
+    The attempt counter is decremented again because the handler never ran (or was
+    stopped by us, not by the job).
+    """
+    row = conn.execute(
+        sa.update(jobs)
+        .where(_is_mine(ref), jobs.c.attempts > 0)
+        .values(
+            status=Q.value,
+            attempts=jobs.c.attempts - 1,
+            next_run_at=until,
+            updated_at=now,
+            **_RELEASE_LOCK,
+        )
+        .returning(jobs.c.id)
+    ).first()
+    return row is not None
+
+
+def extend_lease(
+    conn: sa.Connection, refs: Sequence[JobRef], *, lease_seconds: float, now: datetime
+) -> list[int]:
+    """Heartbeat: push the lease expiry of jobs still held; returns the ids still held."""
+    if not refs:
+        return []
+    pairs = [(ref.id, ref.lease_token) for ref in refs]
+    result = conn.execute(
+        sa.update(jobs)
+        .where(
+            jobs.c.status == JobStatus.RUNNING.value,
+            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
+        )
+        .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+        .returning(jobs.c.id)
+    )
+    return list(result.scalars())
+
+
+def rescue_expired(
+    conn: sa.Connection,
+    *,
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None = None,
+    limit: int = 500,
+) -> list[tuple[int, JobStatus]]:
+    """Reaper step: jobs whose lease expired (their worker died or hung) go back to
+    `failed` with backoff, or to `dead` when their attempts are spent. Error: "worker lost".
+    """
+    query = (
+        sa.select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.lease_token,
+            jobs.c.locked_by,
+            jobs.c.started_at,
+        )
+        .where(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_expires_at < now)
+        .order_by(jobs.c.lease_expires_at)
+        .limit(limit)
+    )
+    if is_postgresql(conn):
+        query = query.with_for_update(skip_locked=True)
+    rescued: list[tuple[int, JobStatus]] = []
+    for row in conn.execute(query).all():
+        policy = policy_for(row.job_type) if policy_for else None
+        decision = decide(
+            attempt=row.attempts, max_attempts=row.max_attempts, now=now, policy=policy
+        )
+        ref = JobRef(row.id, row.lease_token, row.attempts, row.locked_by or "?", row.started_at)
+        error = f"worker lost: {row.locked_by} stopped renewing its lease"
+        status = fail(
+            conn,
+            ref,
+            error=error,
+            retry_at=decision.retry_at,
+            now=now,
+            outcome=AttemptOutcome.LOST,
+        )
+        if status is not None:
+            rescued.append((row.id, status))
+    return rescued
+
+
+def cancel(
+    conn: sa.Connection, job_ids: Sequence[int], *, actor: str, reason: str, now: datetime
+) -> list[int]:
+    """Operator: stop queued or retrying jobs from running again (audited)."""
+    if not job_ids:
+        return []
+    cancelled = list(
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
+            .values(status=C.value, finished_at=now, updated_at=now)
+            .returning(jobs.c.id)
+        ).scalars()
+    )
+    if cancelled:
+        conn.execute(
+            sa.insert(audit_log),
+            [
+                {"actor": actor, "action": "cancel", "job_id": job_id, "reason": reason, "at": now}
+                for job_id in cancelled
+            ],
+        )
+    return cancelled
+
+
+def _record_attempt(
+    conn: sa.Connection,
+    ref: JobRef,
+    outcome: AttemptOutcome,
+    error: str | None,
+    now: datetime,
+    error_fingerprint: str | None = None,
+) -> None:
+    conn.execute(
+        sa.insert(job_attempts).values(
+            job_id=ref.id,
+            attempt=ref.attempt,
+            worker_id=ref.worker_id,
+            started_at=ref.started_at,
+            finished_at=now,
+            outcome=outcome.value,
+            error=error,
+            error_fingerprint=error_fingerprint,
+        )
+    )

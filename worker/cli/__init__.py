@@ -1,0 +1,18 @@
+"""The `jobdesk` command line: the composition root.
+
+This is the one place allowed to import all three packages (shared, worker, dashboard);
+each command group lives in its own module and is registered below. Heavy imports
+happen inside the commands so `jobdesk --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from worker.cli import core as _core  # noqa: F401  (registers migrate / enqueue / stats)
+from worker.cli.app import cli
+
+
+def main() -> None:
+    cli(prog_name="jobdesk")
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,163 @@
+"""Job types a worker can run: the `@job` decorator and the registry behind it.
+
+Job types are stable strings (`crm.sync`), never import paths, so code can move without
+breaking queued jobs. Registering a type also declares its enqueue-time defaults
+(queue, priority, max_attempts, timeout) in `shared.job_types`, so an app that imports
+its job module enqueues into the right queue.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shared import validation
+from shared.job_types import TypeDefaults, defaults_for, register_defaults
+from shared.retry import Backoff, ExponentialBackoff, RetryPolicy
+
+if TYPE_CHECKING:
+    from worker.context import JobContext
+
+Handler = Callable[[dict[str, Any], "JobContext"], Any]
+
+#: Hard cutoff when a type declares no timeout.
+DEFAULT_TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `rate` jobs per `per_seconds`, shared by every worker, under `key`."""
+
+    key: str
+    rate: float
+    per_seconds: float = 1.0
+    burst: float | None = None
+
+    @classmethod
+    def parse(cls, key: str, spec: str) -> RateLimit:
+        """`"10/s"`, `"600/m"`, `"5/1.5s"` → RateLimit."""
+        units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+        try:
+            count, _, period = spec.partition("/")
+            unit = period[-1]
+            amount = float(period[:-1] or 1)
+            return cls(key, float(count), amount * units[unit])
+        except (ValueError, KeyError, IndexError):
+            raise ValueError(f"rate limit {spec!r}: expected N/s, N/m or N/h") from None
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A registered handler and its execution rules."""
+
+    name: str
+    handler: Handler
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout_seconds: float
+    retry: RetryPolicy
+    rate_limit: RateLimit | None = None
+
+
+class Registry:
+    """Name → JobType. One process-wide instance (`registry`) serves `@job`."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+
+    def add(self, job_type: JobType) -> None:
+        existing = self._types.get(job_type.name)
+        if existing is not None and existing.handler is not job_type.handler:
+            raise ValueError(f"job type {job_type.name!r} is already registered")
+        self._types[job_type.name] = job_type
+
+    def get(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def queues(self) -> list[str]:
+        return sorted({t.queue for t in self._types.values()})
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def policy_for(self, name: str) -> RetryPolicy:
+        job_type = self._types.get(name)
+        return job_type.retry if job_type else RetryPolicy()
+
+
+registry = Registry()
+
+
+def job(
+    name: str,
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    backoff: Backoff | None = None,
+    priority: int | None = None,
+    rate_limit: str | RateLimit | None = None,
+    target: Registry | None = None,
+) -> Callable[[Handler], Handler]:
+    """Register `fn(payload, ctx)` as the handler of job type `name`.
+
+    Any exception retries with backoff; `PermanentError` sends the job to `dead` at once;
+    `RetryAfter(seconds)` retries at that time. The return value (JSON-able) is stored as
+    the job's result.
+    """
+    validation.check_name("job_type", name)
+    base = defaults_for(name)
+    resolved_queue = validation.check_name("queue", queue or base.queue)
+    resolved_priority = validation.check_priority(base.priority if priority is None else priority)
+    resolved_attempts = validation.check_max_attempts(
+        base.max_attempts if max_attempts is None else max_attempts
+    )
+    resolved_timeout = validation.check_timeout(
+        timeout or base.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
+    )
+    limit = RateLimit.parse(name, rate_limit) if isinstance(rate_limit, str) else rate_limit
+
+    def register(fn: Handler) -> Handler:
+        (target or registry).add(
+            JobType(
+                name=name,
+                handler=fn,
+                queue=resolved_queue,
+                priority=resolved_priority,
+                max_attempts=resolved_attempts,
+                timeout_seconds=resolved_timeout,
+                retry=RetryPolicy(backoff or ExponentialBackoff()),
+                rate_limit=limit,
+            )
+        )
+        register_defaults(
+            name,
+            TypeDefaults(resolved_queue, resolved_priority, resolved_attempts, resolved_timeout),
+        )
+        return fn
+
+    return register
+
+
+class JobModuleError(RuntimeError):
+    """A module named in JOBDESK_JOB_MODULES / --jobs could not be imported."""
+
+
+def load_modules(names: Iterable[str]) -> None:
+    """Import user job modules so their `@job` decorators run."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise JobModuleError(
+                f"cannot import job module {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
