@@ -40,3 +40,16 @@ class ConflictError(JobdeskError):
 
 class NotFoundError(JobdeskError, LookupError):
     """The referenced row does not exist."""
+
+
+class Snooze(JobdeskError):
+    """Raised by a handler to put the job back for `seconds` WITHOUT counting the attempt:
+    the destination is paused, its circuit breaker is open, or a rate limit is hit.
+    """
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if not seconds >= 0:
+            raise ValueError("Snooze seconds must be >= 0")
+        super().__init__(reason or f"snoozed for {seconds:g}s")
+        self.seconds = float(seconds)
+        self.reason = reason

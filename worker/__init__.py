@@ -8,7 +8,7 @@ Public API for job authors::
     def crm_sync(payload: dict, ctx) -> dict | None: ...
 """
 
-from shared.errors import PermanentError, RetryAfter
+from shared.errors import PermanentError, RetryAfter, Snooze
 from worker.registry import RateLimit, job, registry
 
-__all__ = ["PermanentError", "RateLimit", "RetryAfter", "job", "registry"]
+__all__ = ["PermanentError", "RateLimit", "RetryAfter", "Snooze", "job", "registry"]
