@@ -163,6 +163,16 @@ class Job(Base):
         sa.Index("ix_jobs_status_finished_at", "status", "finished_at"),
         sa.Index("ix_jobs_retried_from_id", "retried_from_id"),
         sa.Index("ix_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
+        # with first/last seen, answered from this index alone.
+        sa.Index(
+            "ix_jobs_dead_unresolved",
+            "error_fingerprint",
+            "job_type",
+            "finished_at",
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        ),
         sa.Index(
             "ix_jobs_last_error_trgm",
             "last_error",

@@ -244,6 +244,13 @@ def upgrade() -> None:
         batch_op.create_index(
             "ix_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
         )
+        batch_op.create_index(
+            "ix_jobs_dead_unresolved",
+            ["error_fingerprint", "job_type", "finished_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        )
         batch_op.create_index("ix_jobs_retried_from_id", ["retried_from_id"], unique=False)
         batch_op.create_index(
             "ix_jobs_running_lease",
@@ -566,6 +573,11 @@ def downgrade() -> None:
             sqlite_where=sa.text("status = 'running'"),
         )
         batch_op.drop_index("ix_jobs_retried_from_id")
+        batch_op.drop_index(
+            "ix_jobs_dead_unresolved",
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        )
         batch_op.drop_index("ix_jobs_dead_fingerprint")
         batch_op.drop_index(
             "ix_jobs_claimable",
