@@ -127,7 +127,8 @@ def job(
     limit = RateLimit.parse(name, rate_limit) if isinstance(rate_limit, str) else rate_limit
 
     def register(fn: Handler) -> Handler:
-        (target or registry).add(
+        # `target or registry` would pick the global one for an empty (falsy) Registry.
+        (registry if target is None else target).add(
             JobType(
                 name=name,
                 handler=fn,

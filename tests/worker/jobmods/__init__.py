@@ -1,0 +1,1 @@
+"""Job modules imported by real `jobdesk worker` subprocesses in the acceptance tests."""

@@ -1,0 +1,200 @@
+"""Running ONE claimed job: its handler, its rate limit, and what the attempt came to.
+
+The executor writes no job state. It turns what the handler did into an `Outcome`
+(succeeded with a result, failed, permanent, retry-after, snoozed, timed out, released,
+fenced); `worker.completer.apply_outcomes` turns outcomes into transitions.
+
+An `Attempt` is settled exactly once, by whoever gets there first: the handler's thread
+when it returns, the runner when the hard timeout fires, the shutdown path when it
+releases the job, or the heartbeat when the lease was lost. Later arrivals are ignored,
+so a job is never both released and completed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+
+from shared.db import SerializedJSON, dump_json
+from shared.errors import PermanentError, RetryAfter, Snooze
+from shared.queue import ClaimedJob
+from shared.ratelimits import try_acquire
+from worker.context import JobContext
+from worker.registry import JobType
+
+#: Frames of traceback kept after the "Type: message" line of a failed attempt.
+TRACEBACK_FRAMES = 8
+
+
+class Kind(StrEnum):
+    """How an attempt ended, from the worker's point of view."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Any exception: retry with the type's backoff (or dead when attempts are spent)."""
+    RETRY_AFTER = "retry_after"
+    """`RetryAfter(s)`: a failed attempt that retries after `s` seconds (capped)."""
+    PERMANENT = "permanent"
+    """`PermanentError`: dead now."""
+    TIMEOUT = "timeout"
+    """Over the hard timeout: recorded as `timeout`, retries with backoff."""
+    SNOOZED = "snoozed"
+    """`Snooze(s)` or a rate limit: back to the queue, attempt not counted."""
+    RELEASED = "released"
+    """Shutdown: handed back unfinished, attempt not counted."""
+    FENCED = "fenced"
+    """The lease was lost (someone else owns the job now): nothing may be written."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    job: ClaimedJob
+    kind: Kind
+    result: Any = None
+    error: str | None = None
+    delay_seconds: float | None = None
+    duration: float = 0.0
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message` on the first line (what fingerprints group by), then the stack."""
+    head = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    stack = "".join(traceback.format_tb(exc.__traceback__, limit=-TRACEBACK_FRAMES))
+    return f"{head}\n{stack}" if stack else head
+
+
+def _json_result(result: Any) -> Any:
+    """The handler's return value, serialised once; a TypeError/ValueError if not JSON."""
+    if result is None:
+        return None
+    return SerializedJSON(dump_json(result))
+
+
+def execute(
+    job: ClaimedJob,
+    job_type: JobType,
+    ctx: JobContext,
+    *,
+    clock: Callable[[], datetime],
+) -> Outcome:
+    """Run the handler in this thread and classify how it ended (never raises)."""
+    start = time.monotonic()
+    try:
+        if job_type.rate_limit is not None:
+            limit = job_type.rate_limit
+            now = clock()  # before BEGIN: the clock may need a connection of its own
+            with ctx.engine.begin() as conn:
+                wait = try_acquire(
+                    conn,
+                    limit.key,
+                    rate=limit.rate,
+                    per_seconds=limit.per_seconds,
+                    burst=limit.burst,
+                    now=now,
+                )
+            if wait > 0:
+                return Outcome(
+                    job,
+                    Kind.SNOOZED,
+                    error=f"rate limit {limit.key}",
+                    delay_seconds=wait,
+                    duration=time.monotonic() - start,
+                )
+        result = job_type.handler(job.payload, ctx)
+        try:
+            stored = _json_result(result)
+        except (TypeError, ValueError) as exc:
+            return Outcome(
+                job,
+                Kind.FAILED,
+                error=f"ResultNotJSON: handler returned a {type(result).__name__} that "
+                f"cannot be stored as JSON ({exc})",
+                duration=time.monotonic() - start,
+            )
+        return Outcome(job, Kind.SUCCEEDED, result=stored, duration=time.monotonic() - start)
+    except Snooze as exc:
+        kind, delay, error = Kind.SNOOZED, exc.seconds, exc.reason or str(exc)
+    except RetryAfter as exc:
+        kind, delay, error = Kind.RETRY_AFTER, exc.seconds, describe_exception(exc)
+    except PermanentError as exc:
+        kind, delay, error = Kind.PERMANENT, None, describe_exception(exc)
+    except Exception as exc:
+        kind, delay, error = Kind.FAILED, None, describe_exception(exc)
+    return Outcome(job, kind, error=error, delay_seconds=delay, duration=time.monotonic() - start)
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One claimed job on its way through a slot; settled exactly once."""
+
+    job: ClaimedJob
+    job_type: JobType
+    ctx: JobContext
+    timeout: float
+    started: float = 0.0
+    deadline: float = float("inf")
+    outcome: Outcome | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def begin(self) -> None:
+        self.started = time.monotonic()
+        self.deadline = self.started + self.timeout
+        self.ctx.deadline = self.deadline
+
+    def settle(self, outcome: Outcome) -> bool:
+        """Record `outcome` unless another one got there first; True when this one won."""
+        with self._lock:
+            if self.outcome is not None:
+                return False
+            self.outcome = outcome
+        if outcome.kind is not Kind.SUCCEEDED:
+            self.ctx.cancelled.set()
+        return True
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None
+
+    def time_out(self) -> bool:
+        elapsed = time.monotonic() - self.started if self.started else 0.0
+        return self.settle(
+            Outcome(
+                self.job,
+                Kind.TIMEOUT,
+                error=f"JobTimeout: {self.job.job_type} ran longer than its "
+                f"{self.timeout:g}s timeout",
+                duration=elapsed,
+            )
+        )
+
+    def release(self, reason: str = "worker shutting down") -> bool:
+        return self.settle(Outcome(self.job, Kind.RELEASED, error=reason))
+
+    def fence(self) -> bool:
+        return self.settle(Outcome(self.job, Kind.FENCED, error="lease lost"))
+
+
+def timeout_for(job: ClaimedJob, job_type: JobType) -> float:
+    """The enqueue-time override when given, else the type's hard timeout."""
+    return float(job.timeout_seconds or job_type.timeout_seconds)
+
+
+def make_attempt(job: ClaimedJob, job_type: JobType, engine: sa.Engine) -> Attempt:
+    ctx = JobContext(
+        job_id=job.id,
+        job_type=job.job_type,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        idempotency_key=job.idempotency_key,
+        engine=engine,
+        worker_id=job.worker_id,
+    )
+    return Attempt(job, job_type, ctx, timeout_for(job, job_type))

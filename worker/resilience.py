@@ -1,0 +1,82 @@
+"""Surviving database outages: capped, jittered retry delays and the errors that earn one.
+
+A worker never exits because the database went away (D1, D3): every loop that talks
+to the database catches `DB_ERRORS`, waits `Backoff.next()` and tries again, logging
+once when the outage starts and once when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+#: Errors that mean "the database is unreachable or refused this round"; anything else
+#: is a bug and is logged with its stack, then retried the same way.
+DB_ERRORS: tuple[type[BaseException], ...] = (sa.exc.OperationalError, sa.exc.InterfaceError)
+
+INITIAL_DELAY_SECONDS = 0.1
+MAX_DELAY_SECONDS = 5.0
+
+
+@dataclass
+class Backoff:
+    """Full-jitter exponential delays between `initial` and `cap` seconds."""
+
+    initial: float = INITIAL_DELAY_SECONDS
+    cap: float = MAX_DELAY_SECONDS
+    failures: int = 0
+    _rng: random.Random = field(default_factory=random.Random, repr=False)
+
+    def next(self) -> float:
+        self.failures += 1
+        ceiling = min(self.cap, self.initial * 2 ** min(self.failures - 1, 20))
+        return self._rng.uniform(self.initial / 2, ceiling)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class OutageLog:
+    """Logs the first failure of an outage and the recovery, not every retry."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self._log = log
+        self._what = what
+        self._down = False
+        self._lock = threading.Lock()
+
+    def failed(self, exc: BaseException, delay: float) -> None:
+        with self._lock:
+            first = not self._down
+            self._down = True
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        message = detail[0] if detail else type(exc).__name__
+        if first:
+            self._log.warning(
+                "%s: database unavailable (%s); retrying with backoff",
+                self._what,
+                message,
+                extra={"action": "db_unavailable", "task": self._what},
+            )
+        else:
+            self._log.debug(
+                "%s: still unavailable; next try in %.2fs",
+                self._what,
+                delay,
+                extra={"action": "db_retry", "task": self._what},
+            )
+
+    def recovered(self) -> None:
+        with self._lock:
+            was_down = self._down
+            self._down = False
+        if was_down:
+            self._log.info(
+                "%s: database reachable again",
+                self._what,
+                extra={"action": "db_recovered", "task": self._what},
+            )
