@@ -339,6 +339,8 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     last_seen_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     stopping: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    #: This host's wall clock minus the database clock at the last heartbeat (C1).
+    clock_skew_seconds: Mapped[float | None] = mapped_column(sa.Float)
 
     __table_args__ = (sa.Index("ix_workers_last_seen_at", "last_seen_at"),)
 

@@ -417,6 +417,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("stopping", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("clock_skew_seconds", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
     )
     with op.batch_alter_table("workers", schema=None) as batch_op:
