@@ -418,7 +418,8 @@ class ReportRun(Base):
 
     __table_args__ = (
         sa.CheckConstraint(
-            "status IN ('running', 'succeeded', 'failed', 'cancelled')", name="status"
+            "status IN ('running', 'assembling', 'succeeded', 'failed', 'cancelled')",
+            name="status",
         ),
     )
 

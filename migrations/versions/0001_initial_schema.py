@@ -356,7 +356,7 @@ def upgrade() -> None:
         sa.Column("finished_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
         sa.Column("expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
-            "status IN ('running', 'succeeded', 'failed', 'cancelled')",
+            "status IN ('running', 'assembling', 'succeeded', 'failed', 'cancelled')",
             name=op.f("ck_report_runs_status"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_report_runs")),
