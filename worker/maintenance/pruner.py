@@ -128,6 +128,8 @@ def _drain(
         result.batches[name] = result.batches.get(name, 0) + 1
         result.deleted[name] = result.deleted.get(name, 0) + batch.deleted
         cursor = batch.last_id
+        if batch.deleted < policy.batch_size:
+            return  # a short batch: nothing left behind the cursor
     result.unfinished.append(name)
 
 
