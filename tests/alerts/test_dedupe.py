@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -52,29 +52,36 @@ def test_running_twice_opens_one_alert_and_notifies_once(engine: sa.Engine) -> N
         assert len(notification_jobs(conn)) == 2
 
 
+def race(engines: list[sa.Engine], now: datetime, settings: Settings) -> list[AlertRunResult]:
+    """Run the alerter on every engine at the same moment, one thread each."""
+    barrier = threading.Barrier(len(engines))
+    results: list[AlertRunResult] = []
+    errors: list[BaseException] = []
+
+    def leader(engine: sa.Engine) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(run_once(engine, now, settings))
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=leader, args=(e,)) for e in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert len(results) == len(engines)
+    return results
+
+
 def test_two_leaders_racing_open_one_alert_and_one_notification(db_url: str) -> None:
     engines = [make_engine(db_url, settings=Settings()) for _ in range(2)]
     try:
         seed_spike(engines[0])
         settings = Settings(extra=CHANNELS)
         for round_ in range(3):
-            barrier = threading.Barrier(2)
-            results: list[AlertRunResult] = []
-            errors: list[BaseException] = []
-
-            def leader(engine: sa.Engine, offset: int = round_) -> None:
-                try:
-                    barrier.wait(timeout=10)
-                    results.append(run_once(engine, NOW + timedelta(seconds=offset), settings))
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=leader, args=(e,)) for e in engines]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=30)
-            assert not errors, errors
+            results = race(engines, NOW + timedelta(seconds=round_), settings)
             assert sum(r.opened for r in results) == (1 if round_ == 0 else 0)
         with engines[0].connect() as conn:
             rows = alert_rows(conn)

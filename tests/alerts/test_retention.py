@@ -28,7 +28,7 @@ def finished(
 
 def remaining(conn: sa.Connection) -> dict[str, int]:
     rows = conn.execute(sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status))
-    return {status: n for status, n in rows}
+    return {str(status): int(n) for status, n in rows}
 
 
 def test_prunes_by_policy_in_batches_and_keeps_unresolved_dead_letters(
