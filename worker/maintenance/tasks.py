@@ -17,7 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from shared.settings import Settings
-from worker.maintenance import reaper, worker_pruner
+from worker.maintenance import alerter, pruner, reaper, worker_pruner
 
 
 @dataclass(frozen=True)
@@ -30,4 +30,6 @@ class MaintenanceTask:
 TASKS: list[MaintenanceTask] = [
     MaintenanceTask("reaper", reaper.interval_seconds, reaper.run_once),
     MaintenanceTask("worker_pruner", worker_pruner.interval_seconds, worker_pruner.run_once),
+    MaintenanceTask("alerter", alerter.interval_seconds, alerter.run_once),
+    MaintenanceTask("pruner", pruner.interval_seconds, pruner.run_once),
 ]
