@@ -8,6 +8,7 @@ happen inside the commands so `jobdesk --help` stays fast.
 from __future__ import annotations
 
 from worker.cli import core as _core  # noqa: F401  (registers migrate / enqueue / stats)
+from worker.cli import endpoints as _endpoints  # noqa: F401  (registers endpoints …)
 from worker.cli.app import cli
 
 

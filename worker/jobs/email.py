@@ -1,0 +1,261 @@
+"""`email.send`: render a versioned template and send it at most once per dedup key.
+
+Payload (references, not rendered output)::
+
+    {"to": "ana@example.com" | "to_user_id": 42,
+     "template": "welcome", "event_id": "signup:42", "context": {...}}
+
+Exactly-once effect: the dedup key is the job's idempotency key, else
+`email:{to}:{template}:{event_id}` (`email:user:{id}:…` for `to_user_id`; without an
+event id, the original job's id stands in). Before sending, the effects ledger is
+checked; after the server accepted the mail, the key is recorded with the template
+name + version, a hash of the rendered content and the SMTP reply. The `Message-ID` is
+derived from the key, so if the worker dies between the server's `250` and the
+recording, the re-sent mail carries the same `Message-ID` and is recognisable as a
+duplicate downstream.
+
+Classification (E4): connect errors, timeouts and 4xx → retry with backoff (and count
+against the `smtp:default` circuit breaker); 5xx, a missing/invalid address, a deleted
+user, an unknown template or a missing template variable → dead at once. An open
+breaker or an exhausted rate limit snoozes the job without using an attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import format_datetime
+from typing import Any
+
+from shared import breakers, ratelimits
+from shared.clock import db_now
+from shared.deliveries import delivery_origin
+from shared.errors import PermanentError, Snooze
+from shared.masking import mask_email
+from shared.retry import ExponentialBackoff
+from worker.context import JobContext
+from worker.jobs.config import JobsConfig, jobs_config
+from worker.jobs.email_provider import (
+    MailConfigError,
+    MailProvider,
+    PermanentMailError,
+    SmtpProvider,
+    TransientMailError,
+    parse_smtp_url,
+)
+from worker.jobs.email_templates import RenderedEmail, TemplateError, load_template, render
+from worker.jobs.hooks import NoResolverError, resolve_recipient
+from worker.registry import job
+
+EMAIL_BACKOFF = ExponentialBackoff(base=timedelta(seconds=30), cap=timedelta(hours=2))
+MAX_ADDRESS_LENGTH = 254
+MAX_EFFECT_KEY = 300
+_FORBIDDEN_IN_HEADERS = ("\r", "\n", "\x00")
+
+ProviderFactory = Callable[[JobsConfig], MailProvider]
+_provider_factory: list[ProviderFactory] = []
+
+
+def set_mail_provider(factory: ProviderFactory | None) -> None:
+    """Replace the SMTP provider (e.g. with an HTTP API provider); None restores SMTP."""
+    _provider_factory.clear()
+    if factory is not None:
+        _provider_factory.append(factory)
+
+
+def _provider(cfg: JobsConfig) -> MailProvider:
+    if _provider_factory:
+        return _provider_factory[0](cfg)
+    return SmtpProvider(parse_smtp_url(cfg.smtp_url, timeout=cfg.smtp_timeout_seconds))
+
+
+def check_header(name: str, value: str) -> str:
+    """Refuse header injection: no CR, LF or NUL in any header we set."""
+    if any(char in value for char in _FORBIDDEN_IN_HEADERS):
+        raise PermanentError(f"email header {name} contains CR, LF or NUL")
+    return value
+
+
+def check_address(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise PermanentError(f"{field}: missing email address")
+    value = check_header(field, value.strip())
+    if len(value) > MAX_ADDRESS_LENGTH:
+        raise PermanentError(f"{field}: email address longer than {MAX_ADDRESS_LENGTH}")
+    try:
+        parsed = Address(addr_spec=value)
+    except (ValueError, IndexError) as exc:
+        raise PermanentError(f"{field}: invalid email address {value!r}: {exc}") from None
+    if not parsed.username or not parsed.domain or parsed.addr_spec != value:
+        raise PermanentError(f"{field}: invalid email address {value!r}")
+    return value
+
+
+def _text_field(payload: dict[str, Any], name: str, *, required: bool) -> str | None:
+    value = payload.get(name)
+    if value is None:
+        if required:
+            raise PermanentError(f"payload.{name} is required")
+        return None
+    if not isinstance(value, str | int) or isinstance(value, bool) or str(value) == "":
+        raise PermanentError(f"payload.{name} must be a non-empty string")
+    return str(value)
+
+
+def _recipient(payload: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(address, dedup identity, resolver context)."""
+    if "to" in payload and "to_user_id" in payload:
+        raise PermanentError("payload: give either to or to_user_id, not both")
+    if "to_user_id" in payload:
+        user_id = payload["to_user_id"]
+        if not isinstance(user_id, int) or isinstance(user_id, bool):
+            raise PermanentError("payload.to_user_id must be an integer")
+        try:
+            found = resolve_recipient(user_id)
+        except NoResolverError as exc:
+            raise PermanentError(str(exc)) from None
+        if found is None:
+            raise PermanentError(f"deleted user: no recipient for user {user_id}")
+        address = check_address("to_user_id", found.email)
+        return address, f"user:{user_id}", dict(found.context)
+    address = check_address("payload.to", payload.get("to"))
+    return address, address, {}
+
+
+def dedup_key(
+    ctx: JobContext, identity: str, template: str, event_id: str | None, origin: int
+) -> str:
+    if ctx.idempotency_key:
+        key = ctx.idempotency_key
+    else:
+        event = event_id if event_id is not None else f"job:{origin}"
+        key = f"email:{identity}:{template}:{event}"
+    if len(key) > MAX_EFFECT_KEY:
+        key = "email:sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    return key
+
+
+def message_id(key: str, sender: str) -> str:
+    """A Message-ID that is the same for every attempt under the same dedup key."""
+    domain = sender.rpartition("@")[2] or "localhost"
+    return f"<{hashlib.sha256(key.encode()).hexdigest()[:40]}.jobdesk@{domain}>"
+
+
+def build_message(rendered: RenderedEmail, *, sender: str, to: str, msg_id: str) -> EmailMessage:
+    message = EmailMessage()  # default policy: RFC 5322, refuses raw newlines too
+    message["From"] = check_header("From", sender)
+    message["To"] = check_header("To", to)
+    message["Subject"] = check_header("Subject", rendered.subject)
+    message["Message-ID"] = msg_id
+    message["Date"] = format_datetime(datetime.now(UTC))
+    message["Auto-Submitted"] = "auto-generated"
+    message.set_content(rendered.text)
+    if rendered.html is not None:
+        message.add_alternative(rendered.html, subtype="html")
+    return message
+
+
+def _context(payload: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    extra = payload.get("context", {})
+    if not isinstance(extra, dict):
+        raise PermanentError("payload.context must be an object")
+    return {**base, **extra}
+
+
+def _guard_provider(ctx: JobContext, cfg: JobsConfig, key: str) -> None:
+    """Snooze (no attempt used) while the provider's breaker is open or its rate is spent."""
+    limit = cfg.smtp_rate_limit
+    with ctx.engine.begin() as conn:
+        now = db_now(conn)
+        allowed, wait = breakers.allow_attempt(conn, key, now)
+    if not allowed:
+        raise Snooze(wait, f"circuit breaker {key} is open")
+    with ctx.engine.begin() as conn:
+        wait = ratelimits.try_acquire(
+            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=db_now(conn)
+        )
+    if wait > 0:
+        raise Snooze(wait, f"rate limit {limit.key} reached")
+
+
+def _record_breaker(ctx: JobContext, cfg: JobsConfig, key: str, error: str | None) -> None:
+    with ctx.engine.begin() as conn:
+        now = db_now(conn)
+        if error is None:
+            breakers.record_success(conn, key, now)
+        else:
+            breakers.record_failure(
+                conn,
+                key,
+                now,
+                error,
+                threshold=cfg.breaker_threshold,
+                cooldown=timedelta(seconds=cfg.breaker_cooldown_seconds),
+            )
+
+
+@job("email.send", backoff=EMAIL_BACKOFF)
+def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Send one templated email, at most once per dedup key."""
+    cfg = jobs_config()
+    template_name = _text_field(payload, "template", required=True)
+    assert template_name is not None
+    event_id = _text_field(payload, "event_id", required=False)
+    address, identity, base_context = _recipient(payload)
+    origin = 0
+    if not ctx.idempotency_key and event_id is None:
+        with ctx.engine.connect() as conn:
+            origin = delivery_origin(conn, ctx.job_id).job_id
+    key = dedup_key(ctx, identity, template_name, event_id, origin)
+    done = ctx.effect_done(key)
+    if done is not None:
+        ctx.log.info("email %s already sent; skipped", key, extra={"action": "email_skip"})
+        return {**done, "skipped": "already sent"}
+
+    try:
+        template = load_template(cfg.email_templates_dir, template_name)
+        context = {
+            **_context(payload, base_context),
+            "to": address,
+            "event_id": event_id,
+        }
+        rendered = render(template, context)
+    except TemplateError as exc:
+        raise PermanentError(str(exc)) from None
+    sender = check_address("JOBDESK_MAIL_FROM", cfg.mail_from)
+    msg_id = message_id(key, sender)
+    message = build_message(rendered, sender=sender, to=address, msg_id=msg_id)
+
+    try:
+        provider = _provider(cfg)
+    except MailConfigError as exc:
+        raise RuntimeError(str(exc)) from None
+    _guard_provider(ctx, cfg, provider.key)
+    try:
+        result = provider.send(message, sender=sender, recipients=[address])
+    except TransientMailError as exc:
+        _record_breaker(ctx, cfg, provider.key, str(exc))
+        raise
+    except PermanentMailError as exc:
+        # The server answered: it is healthy, the mail is what it refused.
+        _record_breaker(ctx, cfg, provider.key, None)
+        raise PermanentError(str(exc)) from None
+    _record_breaker(ctx, cfg, provider.key, None)
+    detail = {
+        "dedup_key": key,
+        "message_id": msg_id,
+        "to": mask_email(address),
+        "template": rendered.template,
+        "template_version": rendered.version,
+        "content_sha256": rendered.content_hash(),
+        "provider": provider.key,
+        "smtp_code": result.code,
+        "smtp_reply": result.reply,
+        "provider_message_id": result.provider_message_id,
+    }
+    ctx.record_effect(key, detail)
+    ctx.log.info("email %s sent", msg_id, extra={"action": "email_sent", "message_id": msg_id})
+    return detail

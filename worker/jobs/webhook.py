@@ -1,0 +1,300 @@
+"""`webhook.deliver`: a signed Standard Webhooks POST to a named endpoint.
+
+Payload::
+
+    {"endpoint": "crm", "event": "user.created", "data": {...}}
+    {"endpoint": "crm", "event": "user.created", "data_ref": {"user_id": 42}}
+
+The body — `{"type": event, "timestamp": <event time>, "data": ...}` — is built at
+delivery time (`data_ref` goes through the app's data resolver, or is sent as is).
+`webhook-id` is derived from the job's idempotency key, or from the original job of a
+requeue chain, so every attempt and every operator requeue of the same event carries
+the same id; `webhook-timestamp` and the signature are new per attempt.
+
+Classification (E1/E3):
+
+| answer | outcome |
+|---|---|
+| 2xx | delivered (effect recorded; later runs skip) |
+| 408, 425, 429, 5xx | retry on the webhook schedule; `Retry-After` honoured, capped |
+| timeout, connection refused/reset, DNS failure | retry (same `webhook-id`) |
+| connection lost after sending (E3) | outcome `unknown`, retry with the same `webhook-id` |
+| 410 Gone | endpoint disabled (paused with the reason), job dead |
+| 3xx (never followed), other 4xx, unsafe URL | dead |
+
+A paused endpoint, an open circuit breaker (`webhook:<name>`) or a spent per-endpoint
+rate limit snoozes the job without using an attempt. Every request is logged in
+`webhook_deliveries`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from shared import breakers, ratelimits
+from shared.clock import db_now
+from shared.deliveries import delivery_origin, excerpt, record_delivery
+from shared.endpoints import Endpoint, disable_endpoint, get_endpoint
+from shared.errors import PermanentError, RetryAfter, Snooze
+from shared.retry import Schedule
+from shared.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
+from shared.webhook_signing import signed_headers
+from worker.context import JobContext
+from worker.jobs.config import JobsConfig, jobs_config
+from worker.jobs.hooks import resolve_data
+from worker.jobs.webhook_http import HttpResult, post
+from worker.registry import job
+
+#: 1 min, 5 min, 30 min, 2 h, 6 h, then every 12 h (+ up to 10 % jitter).
+WEBHOOK_SCHEDULE = Schedule.of_seconds([60, 300, 1800, 7200, 21600, 43200])
+RETRYABLE_STATUS = frozenset({408, 425, 429})
+MAX_EFFECT_KEY = 300
+
+
+class WebhookDeliveryError(Exception):
+    """A transient delivery failure (retry with the same webhook-id)."""
+
+
+def _text(payload: dict[str, Any], name: str) -> str:
+    value = payload.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise PermanentError(f"payload.{name} must be a non-empty string")
+    return value
+
+
+def _data(payload: dict[str, Any], event: str) -> Any:
+    if "data" in payload and "data_ref" in payload:
+        raise PermanentError("payload: give either data or data_ref, not both")
+    if "data_ref" in payload:
+        ref = payload["data_ref"]
+        if not isinstance(ref, dict):
+            raise PermanentError("payload.data_ref must be an object")
+        resolved = resolve_data(event, ref)
+        return ref if resolved is None else resolved
+    return payload.get("data", {})
+
+
+def effect_key(ctx: JobContext, endpoint: str, event: str, origin_job_id: int) -> str:
+    key = ctx.idempotency_key or f"webhook:{endpoint}:{event}:job:{origin_job_id}"
+    if len(key) > MAX_EFFECT_KEY:
+        key = "webhook:sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    return key
+
+
+def webhook_id(key: str) -> str:
+    """The receiver's idempotency key: stable for every attempt of the same event."""
+    return "msg_" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _snooze_if_held(ctx: JobContext, cfg: JobsConfig, endpoint: Endpoint, now: datetime) -> None:
+    if endpoint.is_paused(now):
+        wait = cfg.paused_recheck_seconds
+        if endpoint.paused_until is not None:
+            wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
+        raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
+    key = f"webhook:{endpoint.name}"
+    with ctx.engine.begin() as conn:
+        allowed, wait = breakers.allow_attempt(conn, key, db_now(conn))
+    if not allowed:
+        raise Snooze(wait, f"circuit breaker {key} is open")
+    limit = cfg.webhook_rate_limit(endpoint.name)
+    with ctx.engine.begin() as conn:
+        wait = ratelimits.try_acquire(
+            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=db_now(conn)
+        )
+    if wait > 0:
+        raise Snooze(wait, f"rate limit {limit.key} reached")
+
+
+def _log(
+    ctx: JobContext,
+    endpoint: Endpoint,
+    msg_id: str,
+    outcome: str,
+    result: HttpResult | None = None,
+    *,
+    error: str | None = None,
+    breaker_error: str | None = None,
+    breaker_success: bool = False,
+    disable_reason: str | None = None,
+    cfg: JobsConfig,
+) -> None:
+    """Delivery row, breaker bookkeeping and a 410 disable, in one transaction."""
+    with ctx.engine.begin() as conn:
+        now = db_now(conn)
+        record_delivery(
+            conn,
+            job_id=ctx.job_id,
+            attempt=ctx.attempt,
+            endpoint=endpoint.name,
+            webhook_id=msg_id,
+            url=endpoint.url,
+            outcome=outcome,
+            now=now,
+            status_code=result.status_code if result else None,
+            latency_ms=round(result.latency_ms, 2) if result else None,
+            response_excerpt=_response_excerpt(result),
+            error=error or (result.error if result else None),
+        )
+        key = f"webhook:{endpoint.name}"
+        if breaker_error is not None:
+            breakers.record_failure(
+                conn,
+                key,
+                now,
+                breaker_error,
+                threshold=cfg.breaker_threshold,
+                cooldown=timedelta(seconds=cfg.breaker_cooldown_seconds),
+            )
+        elif breaker_success:
+            breakers.record_success(conn, key, now)
+        if disable_reason is not None:
+            disable_endpoint(conn, endpoint.name, reason=disable_reason, now=now)
+
+
+def _response_excerpt(result: HttpResult | None) -> str | None:
+    if result is None or result.kind != "response":
+        return None
+    text = excerpt(result.body)
+    if result.body_truncated:
+        text = f"{text or ''} [truncated after {len(result.body):,} bytes]"
+    return text
+
+
+def _header(result: HttpResult, name: str) -> str | None:
+    return result.headers.get(name) if result.headers is not None else None
+
+
+def _vet(ctx: JobContext, cfg: JobsConfig, endpoint: Endpoint, msg_id: str) -> VettedTarget:
+    try:
+        return check_url(endpoint.url, allow_private=cfg.allow_private_webhook_targets)
+    except UnsafeURLError as exc:
+        _log(ctx, endpoint, msg_id, "blocked", error=f"unsafe URL: {exc}", cfg=cfg)
+        raise PermanentError(f"endpoint {endpoint.name}: unsafe URL: {exc}") from None
+    except ResolutionError as exc:
+        _log(ctx, endpoint, msg_id, "dns_error", error=str(exc), breaker_error=str(exc), cfg=cfg)
+        raise WebhookDeliveryError(f"endpoint {endpoint.name}: {exc}") from None
+
+
+@job("webhook.deliver", backoff=WEBHOOK_SCHEDULE)
+def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Deliver one event to one endpoint, at most once per webhook-id as far as we know."""
+    cfg = jobs_config()
+    name = _text(payload, "endpoint")
+    event = _text(payload, "event")
+    with ctx.engine.connect() as conn:
+        endpoint = get_endpoint(conn, name)
+        origin = delivery_origin(conn, ctx.job_id)
+        now = db_now(conn)
+    if endpoint is None:
+        raise PermanentError(f"unknown webhook endpoint {name!r}")
+    key = effect_key(ctx, name, event, origin.job_id)
+    msg_id = webhook_id(key)
+    done = ctx.effect_done(key)
+    if done is not None:
+        return {**done, "skipped": "already delivered"}
+    _snooze_if_held(ctx, cfg, endpoint, now)
+
+    document = {"type": event, "timestamp": origin.created_at.isoformat(), "data": None}
+    document["data"] = _data(payload, event)
+    try:
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PermanentError(f"webhook data is not JSON: {exc}") from None
+    target = _vet(ctx, cfg, endpoint, msg_id)
+    headers = signed_headers(endpoint.signing_secrets(now), msg_id, body.encode())
+    result = post(
+        target,
+        headers.as_dict(),
+        body.encode(),
+        connect_timeout=cfg.webhook_connect_timeout_seconds,
+        timeout=cfg.webhook_timeout_seconds,
+    )
+    return _conclude(ctx, cfg, endpoint, key, msg_id, result)
+
+
+def _conclude(
+    ctx: JobContext,
+    cfg: JobsConfig,
+    endpoint: Endpoint,
+    key: str,
+    msg_id: str,
+    result: HttpResult,
+) -> dict[str, Any]:
+    where = f"endpoint {endpoint.name}"
+    if result.kind != "response":
+        _log(ctx, endpoint, msg_id, result.kind, result, breaker_error=result.error, cfg=cfg)
+        if result.kind == "unknown":
+            raise WebhookDeliveryError(
+                f"{where}: outcome unknown (connection lost after sending): {result.error}"
+            )
+        raise WebhookDeliveryError(f"{where}: {result.kind}: {result.error}")
+    status = result.status_code or 0
+    line = f"{where} answered HTTP {status}"
+    if 200 <= status < 300:
+        _log(ctx, endpoint, msg_id, "delivered", result, breaker_success=True, cfg=cfg)
+        detail = {
+            "webhook_id": msg_id,
+            "endpoint": endpoint.name,
+            "status_code": status,
+            "latency_ms": round(result.latency_ms, 2),
+        }
+        ctx.record_effect(key, detail)
+        return detail
+    if status == 410:
+        reason = f"410 Gone from {endpoint.url}"
+        _log(
+            ctx,
+            endpoint,
+            msg_id,
+            "gone",
+            result,
+            breaker_success=True,
+            disable_reason=reason,
+            cfg=cfg,
+        )
+        raise PermanentError(f"{line}: endpoint disabled (410 Gone)")
+    if status in RETRYABLE_STATUS or status >= 500:
+        failure = f"{line}" if status >= 500 else None
+        _log(
+            ctx,
+            endpoint,
+            msg_id,
+            "retry",
+            result,
+            breaker_error=failure,
+            breaker_success=failure is None,
+            cfg=cfg,
+        )
+        wait = parse_retry_after(_header(result, "retry-after"), datetime.now(UTC))
+        if wait is not None and math.isfinite(wait):
+            capped = min(wait, cfg.webhook_retry_after_cap_seconds)
+            raise RetryAfter(capped, f"{line}; Retry-After {wait:g}s (using {capped:g}s)")
+        raise WebhookDeliveryError(line)
+    if 300 <= status < 400:
+        location = _header(result, "location") or ""
+        _log(ctx, endpoint, msg_id, "rejected", result, breaker_success=True, cfg=cfg)
+        raise PermanentError(f"{line}: redirect to {location!r} not followed")
+    _log(ctx, endpoint, msg_id, "rejected", result, breaker_success=True, cfg=cfg)
+    raise PermanentError(f"{line}: {_response_excerpt(result) or 'no body'}")
