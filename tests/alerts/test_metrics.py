@@ -57,7 +57,6 @@ def test_metrics_report_the_database(engine: sa.Engine) -> None:
     assert value("jobdesk_jobs", queue="email", status="queued") == 3
     assert value("jobdesk_jobs", queue="email", status="succeeded") == 1
     assert value("jobdesk_jobs", queue="email", status="running") == 0
-    assert value("jobdesk_jobs", queue="webhooks", status="dead") == 0
     assert value("jobdesk_jobs", queue="default", status="dead") == 4
     assert value("jobdesk_jobs_due", queue="email") == 2
     assert 119 <= value("jobdesk_oldest_due_job_age_seconds", queue="email") < 180
