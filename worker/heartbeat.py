@@ -1,0 +1,107 @@
+"""The heartbeat thread: keeps the leases of every job this process holds, and its
+`workers` row, alive.
+
+Every `heartbeat_seconds` it extends the lease of each held job (claimed, running, or
+finished but not yet written by the completer). A job missing from the answer was
+taken away — the reaper decided this worker was gone, e.g. after a long pause — so its
+attempt is fenced: the handler is told to stop (`ctx.cancelled`) and nothing will be
+written for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from shared.transitions import extend_lease
+from shared.worker_registry import heartbeat_worker
+from worker.executor import Attempt
+from worker.resilience import DB_ERRORS, Backoff, OutageLog
+
+log = logging.getLogger("jobdesk.worker")
+
+CHUNK = 1000
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        interval: float,
+        lease_seconds: float,
+        clock: Callable[[], datetime],
+        held: Callable[[], list[Attempt]],
+        on_fenced: Callable[[Attempt], None],
+        worker_id: str,
+        register: Callable[[sa.Connection, datetime], None],
+        skew: Callable[[], float | None],
+    ) -> None:
+        super().__init__(name="jobdesk-heartbeat", daemon=True)
+        self._engine = engine
+        self._interval = interval
+        self._lease_seconds = lease_seconds
+        self._clock = clock
+        self._held = held
+        self._on_fenced = on_fenced
+        self._worker_id = worker_id
+        self._register = register
+        self._skew = skew
+        self._stop_event = threading.Event()
+        self._outage = OutageLog(log, "heartbeat")
+        self.beats = 0
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        backoff = Backoff(cap=max(0.5, self._interval))
+        wait = self._interval
+        while not self._stop_event.wait(wait):
+            try:
+                self.beat()
+            except DB_ERRORS as exc:
+                wait = backoff.next()
+                self._outage.failed(exc, wait)
+                continue
+            except Exception:
+                log.exception("heartbeat failed", extra={"action": "heartbeat_error"})
+                wait = backoff.next()
+                continue
+            backoff.reset()
+            self._outage.recovered()
+            wait = self._interval
+
+    def beat(self) -> None:
+        attempts = self._held()
+        by_id = {a.job.id: a for a in attempts}
+        refs = [a.job.ref for a in attempts]
+        now = self._clock()
+        kept: set[int] = set()
+        with self._engine.begin() as conn:
+            for start in range(0, len(refs), CHUNK):
+                kept.update(
+                    extend_lease(
+                        conn,
+                        refs[start : start + CHUNK],
+                        lease_seconds=self._lease_seconds,
+                        now=now,
+                    )
+                )
+            if not heartbeat_worker(
+                conn, self._worker_id, now=now, clock_skew_seconds=self._skew()
+            ):
+                self._register(conn, now)
+        self.beats += 1
+        for job_id, attempt in by_id.items():
+            if job_id not in kept and attempt.fence():
+                log.warning(
+                    "job %s: lease lost to another worker; stopping it and writing nothing",
+                    job_id,
+                    extra={"action": "lease_lost", "job_id": job_id},
+                )
+                self._on_fenced(attempt)

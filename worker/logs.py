@@ -1,0 +1,66 @@
+"""Log output of the worker process: readable text or one JSON object per line.
+
+Every record Jobdesk logs carries an `action` key (`job_finished`, `lease_lost`,
+`db_unavailable`, …) plus ids in `extra`; the JSON format puts them at the top level so
+log pipelines can filter on them, the text format appends them as `key=value`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        data.update(_extras(record))
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        extras = _extras(record)
+        if extras:
+            pairs = " ".join(f"{k}={v}" for k, v in extras.items())
+            head, sep, rest = text.partition("\n")
+            text = f"{head} [{pairs}]{sep}{rest}"
+        return text
+
+
+def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
+    """Send Jobdesk's logs (and warnings from libraries) to `stream` (default stderr)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("jobdesk").setLevel(level.upper())
+    # APScheduler logs every run at INFO; keep only its warnings.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)

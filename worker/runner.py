@@ -1,0 +1,449 @@
+"""The worker process: claim → run on slots → write outcomes, until told to stop.
+
+Threads and what they own:
+
+- main (dispatcher): claims batches sized to each group's free slots, hands them to the
+  group's `SlotPool`, enforces hard timeouts, handles signals and shutdown;
+- slot threads (per group): run handlers (`executor.execute`);
+- completer: writes outcomes in batches (`completer.Completer`);
+- heartbeat: extends held leases and the `workers` row (`heartbeat.Heartbeat`);
+- listener (PostgreSQL): LISTEN wakes the dispatcher on enqueue (`listener.Listener`);
+- APScheduler: leader election and maintenance (`maintenance.scheduler.Maintenance`).
+
+The dispatcher claims for a group only when there may be work: at start, after a claim
+that came back full, on a NOTIFY for one of its queues, and every poll interval. Every
+database call is retried with capped, jittered backoff — the process never exits
+because the database is away (D1, D3).
+
+Shutdown (SIGTERM/SIGINT): stop claiming at once, let running handlers finish within
+`shutdown_timeout`, then release what is left (back to `queued`, attempt not counted),
+flush the completer, give up leadership, deregister, exit 0. A second signal ends the
+grace period at once. Exit status 3 means the process stopped itself because too many
+handler threads were stuck past their timeout (see `worker.pool`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from importlib import metadata
+from types import FrameType
+from typing import Any
+
+import sqlalchemy as sa
+
+from shared.clock import DatabaseClock
+from shared.db import is_postgresql
+from shared.queue import claim
+from shared.settings import Settings
+from shared.worker_registry import (
+    deregister_worker,
+    mark_stopping,
+    new_worker_id,
+    register_worker,
+)
+from worker.completer import Completer
+from worker.config import SlotGroup, WorkerConfig
+from worker.executor import Attempt, execute, make_attempt
+from worker.heartbeat import Heartbeat
+from worker.listener import Listener
+from worker.maintenance.scheduler import Maintenance
+from worker.pool import SlotPool
+from worker.registry import Registry
+from worker.resilience import DB_ERRORS, Backoff, OutageLog
+
+log = logging.getLogger("jobdesk.worker")
+
+EXIT_OK = 0
+EXIT_STUCK_THREADS = 3
+#: Outcomes waiting for the completer beyond which the dispatcher stops claiming.
+MAX_PENDING_WRITES = 5000
+#: How long shutdown waits for the completer to write the last outcomes.
+FINAL_FLUSH_SECONDS = 10.0
+
+
+def _version() -> str:
+    try:
+        return metadata.version("jobdesk")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Runner:
+    """One worker process's runtime. `run()` blocks until shutdown; returns the exit code."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        registry: Registry,
+        config: WorkerConfig,
+        settings: Settings,
+        handler_engine: sa.Engine | None = None,
+        worker_id: str | None = None,
+        install_signals: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.handler_engine = handler_engine or engine
+        self.registry = registry
+        self.config = config
+        self.settings = settings
+        self.worker_id = worker_id or new_worker_id()
+        self.install_signals = install_signals
+        self.job_types = registry.names()
+        self.clock = DatabaseClock(engine)
+        self.exit_code = EXIT_OK
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._signals = 0
+        self._grace_end: float | None = None
+        self._held: dict[int, Attempt] = {}
+        self._held_lock = threading.Lock()
+        self._more: dict[str, bool] = {g.name: True for g in config.groups}
+        self._claim_backoff = Backoff()
+        self._claim_retry_at = 0.0
+        self._claim_outage = OutageLog(log, "claim")
+        self.claimed_total = 0
+        self.outcomes: Counter[str] = Counter()
+        self.pools: dict[str, SlotPool] = {
+            g.name: SlotPool(
+                g.name,
+                g.slots,
+                run=self._run_attempt,
+                on_timeout=self._on_timeout,
+                on_free=self._wake.set,
+            )
+            for g in config.groups
+        }
+        self.completer = Completer(
+            engine,
+            clock=self.clock.now,
+            policy_for=registry.policy_for,
+            worker_id=self.worker_id,
+            on_written=self._on_written,
+        )
+        self.heartbeat = Heartbeat(
+            engine,
+            interval=config.heartbeat_seconds,
+            lease_seconds=config.lease_seconds,
+            clock=self.clock.now,
+            held=self.held,
+            on_fenced=self.completer.submit,
+            worker_id=self.worker_id,
+            register=self._register,
+            skew=self._skew,
+        )
+        self.listener: Listener | None = None
+        if is_postgresql(engine):
+            self.listener = Listener(
+                engine, self._on_queues, connect_timeout=settings.db_connect_timeout_seconds
+            )
+        self.maintenance = Maintenance(
+            engine,
+            settings,
+            holder=self.worker_id,
+            leader_ttl=config.leader_lease_seconds,
+            clock=self.clock.now,
+        )
+
+    # ----------------------------------------------------------------- lifecycle
+    def run(self) -> int:
+        if self.install_signals:
+            self._install_signal_handlers()
+        if not self._start():
+            return self.exit_code
+        try:
+            self._dispatch_loop()
+        finally:
+            self._shutdown()
+        return self.exit_code
+
+    def request_stop(self, *, immediate: bool = False) -> None:
+        """What SIGTERM does; `immediate` is the second signal (no grace left)."""
+        if immediate:
+            self._grace_end = time.monotonic()
+        self.stopping.set()
+        self._wake.set()
+
+    def _install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            self._signals += 1
+            name = signal.Signals(signum).name
+            if self._signals == 1:
+                log.info(
+                    "%s: stopping claims; finishing running jobs within %gs",
+                    name,
+                    self.config.shutdown_timeout_seconds,
+                    extra={"action": "shutdown_requested", "signal": name},
+                )
+                self.request_stop()
+            else:
+                log.info(
+                    "%s again: releasing running jobs now",
+                    name,
+                    extra={"action": "shutdown_hurried", "signal": name},
+                )
+                self.request_stop(immediate=True)
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def _start(self) -> bool:
+        backoff = Backoff()
+        outage = OutageLog(log, "startup")
+        while not self.stopping.is_set():
+            try:
+                self.clock.sync()
+                now = self.clock.now()
+                with self.engine.begin() as conn:
+                    self._register(conn, now)
+            except DB_ERRORS as exc:
+                delay = backoff.next()
+                outage.failed(exc, delay)
+                self.stopping.wait(delay)
+                continue
+            outage.recovered()
+            break
+        if self.stopping.is_set():
+            return False
+        self.completer.start()
+        self.heartbeat.start()
+        if self.listener is not None:
+            self.listener.start()
+        self.maintenance.start()
+        log.info(
+            "worker %s started: %s; %d job types; lease %gs, poll %gs",
+            self.worker_id,
+            ", ".join(
+                f"{g.name}={g.slots}" if g.queues else f"all queues={g.slots}"
+                for g in self.config.groups
+            ),
+            len(self.job_types),
+            self.config.lease_seconds,
+            self.config.poll_interval_seconds,
+            extra={
+                "action": "worker_started",
+                "worker_id": self.worker_id,
+                "pid": os.getpid(),
+                "job_types": self.job_types,
+            },
+        )
+        return True
+
+    def _register(self, conn: sa.Connection, now: datetime) -> None:
+        queues = sorted({q for g in self.config.groups for q in (g.queues or ("*",))})
+        register_worker(
+            conn,
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=queues,
+            job_types=self.job_types,
+            concurrency=self.config.total_slots,
+            version=_version(),
+            now=now,
+            clock_skew_seconds=self._skew(),
+        )
+
+    def _skew(self) -> float | None:
+        return round(self.clock.skew.total_seconds(), 3)
+
+    # ----------------------------------------------------------------- dispatching
+    def _dispatch_loop(self) -> None:
+        poll = self.config.poll_interval_seconds
+        next_poll = time.monotonic() + poll
+        while not self.stopping.is_set():
+            self._wake.clear()
+            until_deadline = min(p.check_deadlines() for p in self.pools.values())
+            if self._too_many_stuck():
+                break
+            claimed_full = self._claim_round()
+            now = time.monotonic()
+            if now >= next_poll:
+                for name in self._more:
+                    self._more[name] = True
+                next_poll = now + poll
+                continue
+            if claimed_full:
+                continue
+            timeout = min(next_poll - now, until_deadline)
+            if self._claim_retry_at > now:
+                timeout = min(timeout, self._claim_retry_at - now)
+            self._wake.wait(max(0.0, timeout))
+
+    def _claim_round(self) -> bool:
+        """Claim for every group that may have work; True when some group should go again."""
+        if time.monotonic() < self._claim_retry_at:
+            return False
+        if self.completer.pending > MAX_PENDING_WRITES:
+            return False
+        again = False
+        for group in self.config.groups:
+            pool = self.pools[group.name]
+            free = pool.free()
+            if free <= 0 or not self._more[group.name] or self.stopping.is_set():
+                continue
+            limit = min(free, self.config.claim_batch)
+            claimed = self._claim(group, limit)
+            if claimed is None:
+                return False
+            full = len(claimed) == limit
+            self._more[group.name] = full
+            if claimed:
+                self._hand_over(pool, claimed)
+            again = again or (full and pool.free() > 0)
+        return again
+
+    def _claim(self, group: SlotGroup, limit: int) -> list[Any] | None:
+        try:
+            with self.engine.begin() as conn:
+                jobs = claim(
+                    conn,
+                    worker_id=self.worker_id,
+                    limit=limit,
+                    queues=group.queues,
+                    job_types=self.job_types,
+                    lease_seconds=self.config.lease_seconds,
+                )
+        except DB_ERRORS as exc:
+            delay = self._claim_backoff.next()
+            self._claim_outage.failed(exc, delay)
+            self._claim_retry_at = time.monotonic() + delay
+            return None
+        if self._claim_backoff.failures:
+            self._claim_backoff.reset()
+            self._claim_outage.recovered()
+        return jobs
+
+    def _hand_over(self, pool: SlotPool, claimed: list[Any]) -> None:
+        get_type = self.registry.get
+        engine = self.handler_engine
+        attempts = []
+        for job in claimed:
+            job_type = get_type(job.job_type)
+            assert job_type is not None  # claim only takes registered types
+            attempts.append(make_attempt(job, job_type, engine))
+        with self._held_lock:
+            for attempt in attempts:
+                self._held[attempt.job.id] = attempt
+        self.claimed_total += len(attempts)
+        pool.submit(attempts)
+
+    def _on_queues(self, queues: list[str] | None) -> None:
+        for group in self.config.groups:
+            if queues is None or any(group.serves(q) for q in queues):
+                self._more[group.name] = True
+        self._wake.set()
+
+    # ----------------------------------------------------------------- attempts
+    def _run_attempt(self, attempt: Attempt) -> None:
+        outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
+        if attempt.settle(outcome):
+            self.completer.submit(attempt)
+
+    def _on_timeout(self, attempt: Attempt) -> None:
+        if attempt.time_out():
+            self.completer.submit(attempt)
+        log.warning(
+            "job %s (%s) exceeded its %gs timeout; its thread is abandoned",
+            attempt.job.id,
+            attempt.job.job_type,
+            attempt.timeout,
+            extra={"action": "job_timeout", "job_id": attempt.job.id},
+        )
+
+    def _on_written(self, batch: list[Attempt]) -> None:
+        with self._held_lock:
+            for attempt in batch:
+                if self._held.get(attempt.job.id) is attempt:
+                    del self._held[attempt.job.id]
+        for attempt in batch:
+            if attempt.outcome is not None:
+                self.outcomes[attempt.outcome.kind.value] += 1
+
+    def held(self) -> list[Attempt]:
+        with self._held_lock:
+            return list(self._held.values())
+
+    def _too_many_stuck(self) -> bool:
+        stuck = sum(p.abandoned_alive for p in self.pools.values())
+        if stuck <= self.config.max_stuck_threads:
+            return False
+        log.error(
+            "%d handler threads are stuck past their timeout (limit %d); stopping so the "
+            "supervisor can start a fresh process",
+            stuck,
+            self.config.max_stuck_threads,
+            extra={"action": "too_many_stuck_threads", "stuck": stuck},
+        )
+        self.exit_code = EXIT_STUCK_THREADS
+        self.request_stop()
+        return True
+
+    # ----------------------------------------------------------------- shutdown
+    def _busy(self) -> int:
+        return sum(p.busy for p in self.pools.values())
+
+    def _shutdown(self) -> None:
+        self._best_effort(
+            "mark stopping", lambda conn, now: mark_stopping(conn, self.worker_id, now=now)
+        )
+        if self._grace_end is None:
+            self._grace_end = time.monotonic() + self.config.shutdown_timeout_seconds
+        while self._busy() and time.monotonic() < (self._grace_end or 0.0):
+            self._wake.clear()
+            until_deadline = min(p.check_deadlines() for p in self.pools.values())
+            self._wake.wait(max(0.0, min(0.1, until_deadline, self._grace_end - time.monotonic())))
+        released = 0
+        for attempt in self.held():
+            if attempt.release():
+                released += 1
+                self.completer.submit(attempt)
+        for pool in self.pools.values():
+            pool.stop()
+        self.maintenance.stop()
+        if self.listener is not None:
+            self.listener.stop()
+        if not self.completer.wait_idle(FINAL_FLUSH_SECONDS):
+            log.warning(
+                "could not write %d outcomes before exiting; their leases will expire and "
+                "the reaper will retry them",
+                self.completer.pending,
+                extra={"action": "flush_incomplete"},
+            )
+        self.completer.stop()
+        self.heartbeat.stop()
+        self._best_effort("deregister", lambda conn, _now: deregister_worker(conn, self.worker_id))
+        log.info(
+            "worker %s stopped: %d claimed, %s; %d released at shutdown",
+            self.worker_id,
+            self.claimed_total,
+            ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "nothing run",
+            released,
+            extra={
+                "action": "worker_stopped",
+                "worker_id": self.worker_id,
+                "exit_code": self.exit_code,
+                "released": released,
+            },
+        )
+
+    def _best_effort(self, what: str, fn: Callable[[sa.Connection, datetime], object]) -> None:
+        try:
+            now = self.clock.now()  # before BEGIN: the clock may need its own connection
+            with self.engine.begin() as conn:
+                fn(conn, now)
+        except DB_ERRORS as exc:
+            log.warning(
+                "%s failed: %s",
+                what,
+                str(getattr(exc, "orig", exc)).splitlines()[0],
+                extra={"action": "shutdown_step_failed"},
+            )
