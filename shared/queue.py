@@ -8,6 +8,7 @@ transaction wakes idle workers when (and only when) it commits.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,21 +16,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from shared import validation
 from shared.clock import db_now
 from shared.db import is_postgresql
+from shared.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
 from shared.errors import ValidationError
 from shared.job_types import defaults_for
 from shared.models import jobs
 from shared.settings import Settings
-from shared.sqltypes import UTCDateTime, utcnow
+from shared.sqltypes import UTCDateTime
 from shared.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 
-NOTIFY_CHANNEL = "jobdesk_jobs"
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "ClaimedJob",
+    "JobRef",
+    "NewJob",
+    "claim",
+    "connection_of",
+    "enqueue",
+    "enqueue_many",
+]
 
 Bind = sa.Connection | Session
 
@@ -79,9 +88,20 @@ def enqueue(
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
-    A duplicate `idempotency_key` returns the existing job's id instead of raising.
+    Everything is validated first (`ValidationError` names the field); nothing is
+    written when it fails. On PostgreSQL the same statement notifies idle workers,
+    delivered only if the caller commits.
+
+    Idempotency: a duplicate `idempotency_key` returns the existing job's id instead of
+    raising — whatever that job's state: queued, running, succeeded, dead or cancelled.
+    The key stays taken until the job is pruned; only then can it enqueue a new job.
+    (Operator retries of a dead job create a new job that copies the key, for the
+    effects ledger, but such retries are not counted by this check.) Under concurrent
+    enqueues of one key on PostgreSQL, the later transaction waits for the earlier one
+    and then gets its id (or inserts, if the earlier one rolled back).
     """
-    job = NewJob(
+    conn = connection_of(bind)
+    spec = NewJob(
         job_type,
         payload,
         queue,
@@ -92,7 +112,8 @@ def enqueue(
         group_key,
         timeout,
     )
-    return enqueue_many(bind, [job], max_payload_bytes=max_payload_bytes)[0]
+    row = _row_for(spec, max_payload_bytes or _configured_payload_limit())
+    return insert_rows(conn, [row])[0]
 
 
 def enqueue_many(
@@ -101,60 +122,56 @@ def enqueue_many(
     *,
     max_payload_bytes: int | None = None,
 ) -> list[int]:
-    """Insert many jobs with multi-row INSERTs; returns their ids in input order.
+    """Insert many jobs (one statement on PostgreSQL); returns their ids in input order.
 
-    Everything is validated before anything is written, so a bad item refuses the
-    whole batch and names its index.
+    Items are `NewJob`s or mappings with the same fields. Everything is validated before
+    anything is written, so a bad item refuses the whole batch; the error names its
+    index (`jobs[3].payload`). Idempotency works as in `enqueue`; a key repeated within
+    the batch yields one job whose id is returned at every position that carries it.
     """
     conn = connection_of(bind)
     limit = max_payload_bytes or _configured_payload_limit()
-    rows: list[dict[str, Any]] = []
+    rows: list[JobRow] = []
     for index, item in enumerate(new_jobs):
         spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index)
         try:
             rows.append(_row_for(spec, limit))
         except ValidationError as exc:
-            if index == 0 and not rows:
-                raise
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
-    if not rows:
-        return []
-    ids = _insert(conn, rows)
-    if is_postgresql(conn):
-        queues = sorted({row["queue"] for row in rows})
-        # One NOTIFY per queue and call; PostgreSQL folds duplicates within a transaction.
-        conn.execute(
-            sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, sa.column("q"))).select_from(
-                sa.func.unnest(sa.literal(queues, pg.ARRAY(sa.Text))).alias("q")
-            )
-        )
-    return ids
+    return insert_rows(conn, rows)
 
 
-_PAYLOAD_LIMIT: list[int] = []
+_payload_limit_cache: dict[str | None, int] = {}
 
 
 def _configured_payload_limit() -> int:
-    if not _PAYLOAD_LIMIT:
-        _PAYLOAD_LIMIT.append(Settings.from_env().max_payload_bytes)
-    return _PAYLOAD_LIMIT[0]
+    """`JOBDESK_MAX_PAYLOAD_BYTES`, re-read only when the variable changes."""
+    raw = os.environ.get("JOBDESK_MAX_PAYLOAD_BYTES")
+    limit = _payload_limit_cache.get(raw)
+    if limit is None:
+        settings = Settings.from_env({} if raw is None else {"JOBDESK_MAX_PAYLOAD_BYTES": raw})
+        limit = _payload_limit_cache.setdefault(raw, settings.max_payload_bytes)
+    return limit
 
 
 _SPEC_FIELDS = frozenset(NewJob.__dataclass_fields__)
 
 
-def _spec_from_mapping(item: Mapping[str, Any], index: int) -> NewJob:
+def _spec_from_mapping(item: object, index: int) -> NewJob:
     if not isinstance(item, Mapping):
-        raise ValidationError(f"jobs[{index}]", "must be a NewJob or a mapping")
+        raise ValidationError(
+            f"jobs[{index}]", f"must be a NewJob or a mapping, got {type(item).__name__}"
+        )
     unknown = set(item) - _SPEC_FIELDS
     if unknown:
-        raise ValidationError(f"jobs[{index}]", f"unknown option(s): {', '.join(sorted(unknown))}")
+        shown = ", ".join(sorted(map(str, unknown)))
+        raise ValidationError(f"jobs[{index}]", f"unknown option(s): {shown}")
     if "job_type" not in item or "payload" not in item:
         raise ValidationError(f"jobs[{index}]", "needs job_type and payload")
     return NewJob(**item)
 
 
-def _row_for(spec: NewJob, payload_limit: int) -> dict[str, Any]:
+def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
     job_type = validation.check_name("job_type", spec.job_type)
     defaults = defaults_for(job_type)
     queue = validation.check_name("queue", spec.queue if spec.queue is not None else defaults.queue)
@@ -165,78 +182,17 @@ def _row_for(spec: NewJob, payload_limit: int) -> dict[str, Any]:
         spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
     )
     timeout = spec.timeout if spec.timeout is not None else defaults.timeout_seconds
-    return {
-        "job_type": job_type,
-        "queue": queue,
-        "payload": validation.serialize_payload(spec.payload, payload_limit),
-        "priority": priority,
-        "max_attempts": max_attempts,
-        "p_run_at": None if spec.run_at is None else validation.check_run_at(spec.run_at),
-        "idempotency_key": validation.check_key("idempotency_key", spec.idempotency_key),
-        "group_key": validation.check_key("group_key", spec.group_key),
-        "timeout_seconds": None if timeout is None else validation.check_timeout(timeout),
-    }
-
-
-def _insert_statement(conn: sa.Connection) -> Any:
-    dialect_insert = pg.insert if is_postgresql(conn) else sqlite.insert
-    # A job without run_at is due at the database's "now", same as a plain-SQL insert.
-    return dialect_insert(jobs).values(
-        next_run_at=sa.func.coalesce(sa.bindparam("p_run_at", type_=UTCDateTime()), utcnow())
+    return JobRow(
+        job_type,
+        queue,
+        validation.serialize_payload(spec.payload, payload_limit),
+        priority,
+        max_attempts,
+        None if spec.run_at is None else validation.check_run_at(spec.run_at),
+        validation.check_key("idempotency_key", spec.idempotency_key),
+        validation.check_key("group_key", spec.group_key),
+        None if timeout is None else validation.check_timeout(timeout),
     )
-
-
-def _insert(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int]:
-    ids: list[int | None] = [None] * len(rows)
-    plain = [i for i, row in enumerate(rows) if row["idempotency_key"] is None]
-    keyed = [i for i, row in enumerate(rows) if row["idempotency_key"] is not None]
-    statement = _insert_statement(conn)
-    if plain:
-        batch = [rows[i] for i in plain]
-        if len(batch) == 1:
-            new_ids = [conn.execute(statement.returning(jobs.c.id), batch[0]).scalar_one()]
-        else:
-            result = conn.execute(
-                statement.returning(jobs.c.id, sort_by_parameter_order=True), batch
-            )
-            new_ids = list(result.scalars())
-        for index, new_id in zip(plain, new_ids, strict=True):
-            ids[index] = new_id
-    if keyed:
-        _insert_keyed(conn, statement, rows, keyed, ids)
-    return [job_id for job_id in ids if job_id is not None]
-
-
-def _insert_keyed(
-    conn: sa.Connection,
-    statement: Any,
-    rows: list[dict[str, Any]],
-    keyed: list[int],
-    ids: list[int | None],
-) -> None:
-    first_by_key: dict[str, int] = {}
-    for index in keyed:
-        first_by_key.setdefault(rows[index]["idempotency_key"], index)
-    unique_rows = [rows[i] for i in first_by_key.values()]
-    stmt = statement.on_conflict_do_nothing(
-        index_elements=[jobs.c.idempotency_key],
-        index_where=jobs.c.retried_from_id.is_(None),
-    ).returning(jobs.c.id, jobs.c.idempotency_key)
-    if len(unique_rows) == 1:
-        found = dict(conn.execute(stmt, unique_rows[0]).all())
-    else:
-        found = dict(conn.execute(stmt, unique_rows).all())
-    missing = [key for key in first_by_key if key not in found]
-    if missing:
-        # The key already exists (or a concurrent transaction just committed it).
-        existing = conn.execute(
-            sa.select(jobs.c.idempotency_key, jobs.c.id).where(
-                jobs.c.idempotency_key.in_(missing), jobs.c.retried_from_id.is_(None)
-            )
-        )
-        found.update(dict(existing.all()))
-    for index in keyed:
-        ids[index] = found[rows[index]["idempotency_key"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +242,7 @@ _CLAIM_RETURNING = (
     jobs.c.group_key,
     jobs.c.timeout_seconds,
     jobs.c.lease_expires_at,
+    jobs.c.next_run_at,
 )
 
 
@@ -316,6 +273,9 @@ def _candidates(
     query = sa.select(jobs.c.id).where(
         jobs.c.status.in_(sql_values(CLAIMABLE)),
         jobs.c.next_run_at <= sa.bindparam("claim_now", now, type_=UTCDateTime()),
+        # A row with no attempt left (written by hand or by an old bug) would break the
+        # attempts CHECK and with it every claim; leave it to the operator instead.
+        jobs.c.attempts < jobs.c.max_attempts,
         _group_is_free(),
     )
     if queues is not None:
@@ -376,7 +336,9 @@ def claim(
         )
         .returning(*_CLAIM_RETURNING)
     )
-    claimed = [
+    # RETURNING order is unspecified: hand jobs out in claim order.
+    rows = sorted(conn.execute(statement), key=lambda r: (r.priority, r.next_run_at, r.id))
+    return [
         ClaimedJob(
             id=row.id,
             job_type=row.job_type,
@@ -393,7 +355,5 @@ def claim(
             started_at=now,
             worker_id=worker_id,
         )
-        for row in conn.execute(statement)
+        for row in rows
     ]
-    claimed.sort(key=lambda job: (job.priority, job.id))
-    return claimed

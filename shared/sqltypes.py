@@ -73,7 +73,9 @@ def _utcnow_postgresql(element: utcnow, compiler: Any, **kw: Any) -> str:
 
 @compiles(utcnow, "sqlite")
 def _utcnow_sqlite(element: utcnow, compiler: Any, **kw: Any) -> str:
-    return "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"
+    # %f has milliseconds; pad to the microsecond width Python writes, so stored values
+    # of both origins have one fixed width.
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 
 
 @compiles(utcnow)

@@ -175,24 +175,28 @@ def fail(
 ) -> JobStatus | None:
     """Record a failed attempt: `failed` until `retry_at`, or `dead` when it is None.
 
+    A job whose attempts are spent goes to `dead` even when a `retry_at` is given: a
+    `failed` row without attempts left could never be claimed again.
     Returns the new status, or None when the lease was lost.
     """
     clean = sanitize_error(error) or "unknown error"
     print_ = fingerprint(clean)
-    target = F if retry_at is not None else D
     values: dict[str, Any] = {
-        "status": target.value,
         "last_error": clean,
         "error_fingerprint": print_,
         "updated_at": now,
         **_RELEASE_LOCK,
     }
     if retry_at is not None:
+        spent = jobs.c.attempts >= jobs.c.max_attempts
+        values["status"] = sa.case((spent, D.value), else_=F.value)
         values["next_run_at"] = retry_at
+        values["finished_at"] = sa.case((spent, sa.literal(now, UTCDateTime())), else_=None)
     else:
+        values["status"] = D.value
         values["finished_at"] = now
     row = conn.execute(
-        sa.update(jobs).where(_is_mine(ref)).values(**values).returning(jobs.c.id)
+        sa.update(jobs).where(_is_mine(ref)).values(**values).returning(jobs.c.status)
     ).first()
     if row is None:
         log.warning(
@@ -202,7 +206,7 @@ def fail(
         )
         return None
     _record_attempt(conn, ref, outcome, clean, now, print_)
-    return target
+    return JobStatus(row.status)
 
 
 def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) -> bool:

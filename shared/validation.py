@@ -104,19 +104,27 @@ def check_timeout(value: object) -> float:
 def serialize_payload(
     payload: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 ) -> SerializedJSON:
-    """Serialise a payload to strict JSON, or raise `ValidationError` naming the culprit."""
-    if not isinstance(payload, Mapping):
-        raise ValidationError(
-            "payload", f"must be a JSON object (dict), got {type(payload).__name__}"
-        )
+    """Serialise a payload to strict JSON, or raise `ValidationError` naming the culprit.
+
+    Fast path (enqueue's hot loop): one C-level `json.dumps`, a walk over the containers
+    only to refuse non-string keys (`json` would silently turn `{1: …}` into `{"1": …}`),
+    and a substring test for NUL. Only a failure pays for the slow walk that names the
+    exact field.
+    """
+    if not isinstance(payload, dict):
+        if not isinstance(payload, Mapping):
+            raise ValidationError(
+                "payload", f"must be a JSON object (dict), got {type(payload).__name__}"
+            )
+        payload = dict(payload)
     try:
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        size = len(text.encode("utf-8"))
+        text = _ENCODER.encode(payload)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
         _locate_problem(payload, "payload")
         raise ValidationError("payload", "is not valid JSON") from None
     # json escapes NUL as \u0000; the slow walk confirms and names the field.
-    if "\\u0000" in text:
+    if "\\u0000" in text or not _string_keys_only(payload):
         _locate_problem(payload, "payload")
     if size > max_bytes:
         raise ValidationError(
@@ -125,6 +133,25 @@ def serialize_payload(
             "and pass a reference (an id)",
         )
     return SerializedJSON(text)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_CONTAINERS = (dict, list, tuple)
+
+
+def _string_keys_only(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    """True when every object key at every depth is a `str` (containers only visited)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
+                return False
+        return True
+    for item in value:
+        if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
+            return False
+    return True
 
 
 def _check_encodable(field: str, text: str) -> None:
