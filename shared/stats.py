@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
 from shared.clock import db_now
+from shared.metrics_queries import dead_since, open_alerts_by_rule, unresolved_dead_by_type
 from shared.models import jobs
 from shared.states import JobStatus
 
@@ -79,4 +80,7 @@ def summarize(conn: sa.Connection, now: datetime | None = None) -> dict[str, obj
         ],
         "oldest_queued_age_seconds": ages,
         "oldest_queued_age_seconds_max": max(ages.values(), default=0.0),
+        "dead_letters_24h": dead_since(conn, now - timedelta(hours=24)),
+        "dead_letters_unresolved": sum(unresolved_dead_by_type(conn).values()),
+        "open_alerts": open_alerts_by_rule(conn),
     }

@@ -7,6 +7,7 @@ happen inside the commands so `jobdesk --help` stays fast.
 
 from __future__ import annotations
 
+from worker.cli import check as _check  # noqa: F401  (registers check / alerts)
 from worker.cli import core as _core  # noqa: F401  (registers migrate / enqueue / stats)
 from worker.cli import endpoints as _endpoints  # noqa: F401  (registers endpoints …)
 from worker.cli import run as _run  # noqa: F401  (registers worker)

@@ -125,6 +125,12 @@ def _print_stats(data: dict[str, Any]) -> None:
     click.echo("  ".join(f"{s}={data['by_status'][s]}" for s in statuses))
     oldest = data["oldest_queued_age_seconds_max"]
     click.echo(f"total={data['total']}  oldest queued age={oldest:.1f}s")
+    alerts = data.get("open_alerts", {})
+    click.echo(
+        f"dead letters: {data.get('dead_letters_24h', 0)} in the last 24 h, "
+        f"{data.get('dead_letters_unresolved', 0)} unresolved  open alerts: "
+        + (", ".join(f"{rule}={n}" for rule, n in sorted(alerts.items())) or "none")
+    )
     if not data["by_queue_type"]:
         click.echo("(no jobs)")
         return
