@@ -159,8 +159,8 @@ def forbidden_reason(address: IPAddress) -> str | None:
             and address in ipaddress.IPv6Network("fc00::/7"),
             "a unique-local address",
         ),
-        (address.is_private, "a private address"),
         (address.is_reserved, "a reserved address"),
+        (address.is_private, "a private address"),
         (not address.is_global, "not a public address"),
     )
     for hit, reason in checks:
@@ -183,7 +183,8 @@ def check_url(
         for address in addresses:
             reason = forbidden_reason(address)
             if reason:
-                raise UnsafeURLError(f"{parsed.host} resolves to {reason}")
+                where = "" if parsed.literal is not None else f"{parsed.host} resolves to "
+                raise UnsafeURLError(f"{where}{reason}")
     unique = tuple(dict.fromkeys(str(a) for a in addresses))
     return VettedTarget(
         url=url,

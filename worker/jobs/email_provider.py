@@ -210,6 +210,8 @@ class SmtpProvider:
                 if code not in (250, 251):
                     raise _classify(code, reply, "RCPT TO")
             code, reply = client.data(message.as_bytes(policy=SMTP_POLICY))
+            if code != 250:  # smtplib raises only when DATA itself is refused, not the mail
+                raise _classify(code, reply, "DATA")
             accepted = True
         except MailError:
             raise
