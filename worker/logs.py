@@ -13,6 +13,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from shared.masking import mask_text
+
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
     "message",
     "asctime",
@@ -30,11 +32,14 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": mask_text(record.getMessage()),
         }
-        data.update(_extras(record))
+        # Secrets can reach a log line through an error message or an extra value.
+        data.update(
+            {k: mask_text(v) if isinstance(v, str) else v for k, v in _extras(record).items()}
+        )
         if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
+            data["exc"] = mask_text(self.formatException(record.exc_info))
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
@@ -49,7 +54,7 @@ class TextFormatter(logging.Formatter):
             pairs = " ".join(f"{k}={v}" for k, v in extras.items())
             head, sep, rest = text.partition("\n")
             text = f"{head} [{pairs}]{sep}{rest}"
-        return text
+        return mask_text(text)
 
 
 def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
