@@ -124,6 +124,15 @@ class Job(Base):
             postgresql_where=sa.text(_CLAIMABLE_SQL),
             sqlite_where=sa.text(_CLAIMABLE_SQL),
         ),
+        # The same order without the queue, for workers that serve every queue.
+        sa.Index(
+            "ix_jobs_claimable_any_queue",
+            "priority",
+            "next_run_at",
+            "id",
+            postgresql_where=sa.text(_CLAIMABLE_SQL),
+            sqlite_where=sa.text(_CLAIMABLE_SQL),
+        ),
         sa.Index(
             "uq_jobs_running_group_key",
             "group_key",
@@ -179,6 +188,9 @@ class Job(Base):
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
         ).ddl_if(dialect="postgresql"),
+        # SQLite would reuse the id of a deleted newest row; job ids are referenced by
+        # audit rows, effects and links, so they must never come back.
+        {"sqlite_autoincrement": True},
     )
 
 

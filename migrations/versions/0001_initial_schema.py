@@ -221,6 +221,7 @@ def upgrade() -> None:
             ondelete="SET NULL",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.create_index(
@@ -237,6 +238,13 @@ def upgrade() -> None:
         batch_op.create_index(
             "ix_jobs_claimable",
             ["queue", "priority", "next_run_at", "id"],
+            unique=False,
+            postgresql_where=sa.text("status IN ('failed', 'queued')"),
+            sqlite_where=sa.text("status IN ('failed', 'queued')"),
+        )
+        batch_op.create_index(
+            "ix_jobs_claimable_any_queue",
+            ["priority", "next_run_at", "id"],
             unique=False,
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
@@ -580,6 +588,11 @@ def downgrade() -> None:
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         )
         batch_op.drop_index("ix_jobs_dead_fingerprint")
+        batch_op.drop_index(
+            "ix_jobs_claimable_any_queue",
+            postgresql_where=sa.text("status IN ('failed', 'queued')"),
+            sqlite_where=sa.text("status IN ('failed', 'queued')"),
+        )
         batch_op.drop_index(
             "ix_jobs_claimable",
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
