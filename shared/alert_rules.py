@@ -7,8 +7,9 @@ strict: a misspelt rule or parameter stops start-up with a message listing what 
 because a silently ignored threshold is worse than none.
 
 Delivery channels: `JOBDESK_ALERT_EMAIL` (an on-call address) and
-`JOBDESK_ALERT_WEBHOOK_ENDPOINT` (the name of a configured webhook endpoint), and
-`JOBDESK_ALERT_INTERVAL_SECONDS` (how often the leader evaluates the rules).
+`JOBDESK_ALERT_WEBHOOK_ENDPOINT` (the name of a configured webhook endpoint),
+`JOBDESK_ALERT_DASHBOARD_URL` (the dashboard's public URL, for links in notifications)
+and `JOBDESK_ALERT_INTERVAL_SECONDS` (how often the leader evaluates the rules).
 """
 
 from __future__ import annotations
@@ -101,7 +102,12 @@ RULE_TYPES: dict[str, type[RuleConfig]] = {
 }
 
 DEFAULT_INTERVAL_SECONDS = 60.0
-_CHANNEL_KEYS = {"alert_email", "alert_webhook_endpoint", "alert_interval_seconds"}
+_CHANNEL_KEYS = {
+    "alert_email",
+    "alert_webhook_endpoint",
+    "alert_interval_seconds",
+    "alert_dashboard_url",
+}
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,8 @@ class AlertConfig:
     endpoint_paused: EndpointPaused = field(default_factory=EndpointPaused)
     email: str | None = None
     webhook_endpoint: str | None = None
+    #: The dashboard's public base URL, for links in notifications (optional).
+    dashboard_url: str | None = None
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     #: From `Settings.heartbeat_seconds`; used to decide which workers are live.
     heartbeat_seconds: float = 10.0
@@ -159,6 +167,10 @@ def _parse_channel(key: str, raw: str) -> dict[str, Any]:
             raise SettingsError(f"{name}: must be > 0, got {raw!r}")
         return {"interval_seconds": value}
     value_text = raw.strip()
+    if key == "alert_dashboard_url":
+        if value_text and not value_text.startswith(("http://", "https://")):
+            raise SettingsError(f"{name}: expected an http(s) URL, got {raw!r}")
+        return {"dashboard_url": value_text.rstrip("/") or None}
     if key == "alert_email":
         if value_text and ("@" not in value_text or any(c.isspace() for c in value_text)):
             raise SettingsError(f"{name}: expected an email address, got {raw!r}")
@@ -181,7 +193,7 @@ def _split_key(key: str) -> tuple[str, str]:
     raise SettingsError(
         f"JOBDESK_{key.upper()}: unknown alert setting; rules are "
         f"{', '.join(r.upper() for r in RULE_TYPES)}, channels are ALERT_EMAIL, "
-        "ALERT_WEBHOOK_ENDPOINT, ALERT_INTERVAL_SECONDS"
+        "ALERT_WEBHOOK_ENDPOINT, ALERT_DASHBOARD_URL, ALERT_INTERVAL_SECONDS"
     )
 
 

@@ -510,6 +510,9 @@ def apply_findings(
         values = _values(finding, now)
         existing = current.get(subject)
         if existing is not None:
+            related = (existing.details or {}).get("related_alert_id")
+            if related is not None:
+                values["details"] = {**finding.details, "related_alert_id": related}
             conn.execute(sa.update(alerts).where(alerts.c.id == existing.id).values(**values))
             outcome.refreshed.append(existing.id)
             continue
@@ -536,6 +539,12 @@ def apply_findings(
             finding.message,
             extra={"action": "alert_opened", "alert_id": alert_id, "rule": rule},
         )
+        related = _related_open_alert(conn, finding)
+        if related is not None:
+            # Same incident already paged through the sibling rule: record, don't page.
+            _mark_related(conn, alert_id, finding, related)
+            outcome.suppressed.append(alert_id)
+            continue
         key = notify_key(rule, subject, now, cooldown)
         if _claim_notify_key(conn, alert_id, key):
             outcome.notification_jobs += _notify(conn, finding, key, OPEN, now, config)
@@ -626,6 +635,63 @@ def _insert_open(
     return int(inserted.id) if inserted is not None else None
 
 
+def _incident_subjects(details: dict[str, Any]) -> set[str]:
+    """The dead-letter-spike subjects (`type` / `webhook.deliver:endpoint`) an alert is about."""
+    job_types = [t for t in details.get("job_types") or [] if isinstance(t, str)]
+    endpoints = [e for e in details.get("endpoints") or [] if isinstance(e, str)]
+    subjects: set[str] = set()
+    for job_type in job_types:
+        if job_type == WEBHOOK_JOB and endpoints:
+            subjects.update(_type_subject(job_type, e) for e in endpoints)
+        else:
+            subjects.add(job_type)
+    return subjects
+
+
+def _related_open_alert(conn: sa.Connection, finding: Finding) -> int | None:
+    """An open, notified alert of the sibling rule about the same incident, if any.
+
+    A dead-letter spike and a repeated error on the same job type / endpoint are one
+    incident (the sign-up story's CRM outage trips both): whichever opens first pages,
+    the other is recorded and linked without paging again.
+    """
+    if finding.rule == rules.DEAD_LETTER_SPIKE:
+        sibling = rules.REPEATED_ERROR
+    elif finding.rule == rules.REPEATED_ERROR:
+        sibling = rules.DEAD_LETTER_SPIKE
+    else:
+        return None
+    mine = _incident_subjects(finding.details)
+    if not mine:
+        return None
+    query = (
+        sa.select(alerts.c.id, alerts.c.subject, alerts.c.details)
+        .where(alerts.c.rule == sibling, alerts.c.status == OPEN)
+        .where(alerts.c.notify_key.is_not(None))
+        .order_by(alerts.c.id)
+    )
+    rows = list(conn.execute(query))
+    if sibling == rules.DEAD_LETTER_SPIKE:
+        spikes = {row.subject: int(row.id) for row in rows}
+        return min(spikes[s] for s in mine) if mine <= set(spikes) else None
+    for row in rows:
+        if mine <= _incident_subjects(row.details or {}):
+            return int(row.id)
+    return None
+
+
+def _mark_related(conn: sa.Connection, alert_id: int, finding: Finding, related: int) -> None:
+    details = {**finding.details, "related_alert_id": related}
+    conn.execute(sa.update(alerts).where(alerts.c.id == alert_id).values(details=details))
+    log.info(
+        "alert %s %s is part of the incident of alert #%s; not notified again",
+        finding.rule,
+        finding.subject,
+        related,
+        extra={"action": "alert_notify_related", "alert_id": alert_id, "related": related},
+    )
+
+
 def notify_key(rule: str, subject: str, now: datetime, cooldown: timedelta) -> str:
     """`alert:<rule>:<subject>:<slot>` — one notification per slot of the cooldown.
 
@@ -708,6 +774,8 @@ def _notify(
         "at": now.isoformat(),
         "details": finding.details,
     }
+    if config.dashboard_url:
+        context["link"] = f"{config.dashboard_url}/alerts"
     job_ids: list[int] = []
     for channel in (EMAIL, WEBHOOK):
         target = config.email if channel == EMAIL else config.webhook_endpoint
