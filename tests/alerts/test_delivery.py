@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -13,6 +14,7 @@ from shared.models import jobs
 from shared.settings import Settings
 from tests.alerts.helpers import NOW, add_breaker, add_endpoint, ago, alert_rows, dead_jobs
 from tests.alerts.test_dedupe import CHANNELS, notification_jobs
+from worker.jobs.email_templates import load_template, render
 from worker.maintenance.alerter import run_once
 
 
@@ -125,3 +127,24 @@ def test_without_channels_alerts_go_to_log_and_table_only(
     assert "alert opened: dead_letter_spike webhook.deliver:crm" in caplog.text
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 6
+
+
+def test_alert_email_template_renders_every_shape() -> None:
+    template = load_template(Path(__file__).parents[2] / "templates" / "email", "alert")
+    breaker = {
+        "rule": "breaker_open",
+        "subject": "smtp:default",
+        "state": "open",
+        "message": "circuit breaker smtp:default open for 11m",
+        "count": 7,
+        "at": NOW.isoformat(),
+        "details": {"breaker": "smtp:default", "error": "ConnectError: refused"},
+        "link": "https://jobs.example.com/alerts",
+    }
+    mail = render(template, breaker)
+    assert mail.subject == "[Jobdesk] Alert: breaker open: smtp:default"
+    assert "ConnectError: refused" in mail.text
+    assert "https://jobs.example.com/alerts" in mail.text
+    resolved = render(template, {**breaker, "state": "resolved", "details": {}})
+    assert resolved.subject.startswith("[Jobdesk] Resolved:")
+    assert "Matching jobs" not in resolved.text
