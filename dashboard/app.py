@@ -1,0 +1,142 @@
+"""Building the app: `create_app()` (standalone) and `init_dashboard()` (mounted)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+from flask import Flask, render_template
+
+from dashboard import templating
+from dashboard.security import SessionInterface, apply_headers
+from dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
+from shared.db import make_engine
+from shared.settings import Settings
+
+MIN_SECRET_KEY_CHARS = 32
+_PLACEHOLDER_KEYS = frozenset(
+    {
+        "changeme",
+        "change-me",
+        "change_me",
+        "secret",
+        "dev",
+        "development",
+        "default",
+        "jobdesk",
+        "insecure",
+        "please-change-me",
+        "replace-me",
+        "xxx",
+        "test",
+    }
+)
+SESSION_LIFETIME = timedelta(hours=12)
+
+
+class SecretKeyError(RuntimeError):
+    """The dashboard will not sign sessions with an empty or guessable key."""
+
+
+def check_secret_key(key: str) -> str:
+    hint = (
+        "set JOBDESK_SECRET_KEY to a long random value, e.g. "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(48))'` "
+        "(or run `jobdesk dashboard --dev` for a throwaway local key)"
+    )
+    if not key:
+        raise SecretKeyError(f"JOBDESK_SECRET_KEY is not set; {hint}")
+    if key.strip().lower() in _PLACEHOLDER_KEYS or len(set(key)) < 8:
+        raise SecretKeyError(f"JOBDESK_SECRET_KEY is a placeholder value; {hint}")
+    if len(key) < MIN_SECRET_KEY_CHARS:
+        raise SecretKeyError(
+            f"JOBDESK_SECRET_KEY is {len(key)} characters; use at least "
+            f"{MIN_SECRET_KEY_CHARS}; {hint}"
+        )
+    return key
+
+
+def _engines(settings: Settings, engine: sa.Engine | None) -> tuple[sa.Engine, sa.Engine, bool]:
+    if engine is not None:
+        return engine, engine, False
+    write = make_engine(settings=settings, application_name="jobdesk-dashboard")
+    if write.dialect.name == "sqlite":
+        read = make_engine(
+            settings=settings, sqlite_begin="DEFERRED", application_name="jobdesk-dashboard"
+        )
+        return read, write, True
+    return write, write, True
+
+
+def init_dashboard(
+    app: Flask,
+    *,
+    settings: Settings | None = None,
+    engine: sa.Engine | None = None,
+    url_prefix: str | None = None,
+    identity_loader: IdentityLoader | None = None,
+) -> Flask:
+    """Mount the dashboard on `app` (under `url_prefix`, e.g. "/jobdesk").
+
+    Standalone apps and hosts without their own login use the dashboard's operators.
+    A host that authenticates users itself passes `identity_loader`, a function
+    returning `dashboard.state.Identity(username, role)` for the current request (or
+    None → 401); the dashboard's role checks and CSRF protection still apply.
+    """
+    from dashboard.web import bp
+
+    settings = settings or Settings.from_env()
+    if not app.secret_key:
+        app.secret_key = check_secret_key(settings.secret_key)
+    else:
+        check_secret_key(str(app.secret_key))
+    app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
+    app.config.setdefault("PERMANENT_SESSION_LIFETIME", SESSION_LIFETIME)
+    app.config.setdefault("MAX_CONTENT_LENGTH", 2 * settings.max_payload_bytes + 64 * 1024)
+    read, write, owned = _engines(settings, engine)
+    app.extensions[EXTENSION_KEY] = DashboardState(
+        settings=settings,
+        read_engine=read,
+        write_engine=write,
+        owns_engines=owned,
+        identity_loader=identity_loader,
+    )
+    templating.install(app)
+    app.register_blueprint(bp, url_prefix=url_prefix)
+    return app
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: sa.Engine | None = None,
+    *,
+    identity_loader: IdentityLoader | None = None,
+) -> Flask:
+    """The standalone dashboard (`gunicorn 'dashboard:create_app()'`)."""
+    settings = settings or Settings.from_env()
+    app = Flask("dashboard", static_folder=None)
+    app.config["SESSION_COOKIE_NAME"] = "jobdesk_session"
+    app.session_interface = SessionInterface()
+    app.secret_key = check_secret_key(settings.secret_key)
+    init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
+    app.after_request(apply_headers)
+
+    @app.errorhandler(404)
+    def _not_found(_error: Exception) -> tuple[str, int]:
+        return render_template("errors/error.html", status=404, message="Not found."), 404
+
+    @app.errorhandler(405)
+    def _bad_method(_error: Exception) -> tuple[str, int]:
+        return render_template(
+            "errors/error.html", status=405, message="That method is not allowed here."
+        ), 405
+
+    @app.errorhandler(413)
+    def _too_large(_error: Exception) -> tuple[str, int]:
+        return render_template(
+            "errors/error.html", status=413, message="The submitted form is too large."
+        ), 413
+
+    return app

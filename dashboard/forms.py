@@ -1,0 +1,69 @@
+"""Parsing form and query input that is not a filter: job id lists, bulk selections and
+JSON payload text — each refusing bad input with a `ValidationError` naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from werkzeug.datastructures import MultiDict
+
+from shared.errors import ValidationError
+from shared.filters import JobFilters, parse_positive_int
+from shared.triage import BULK_CAP, Selection
+
+
+def parse_ids(values: list[str]) -> tuple[int, ...]:
+    if len(values) > BULK_CAP:
+        raise ValidationError(
+            "ids", f"{len(values):,} jobs selected; one action handles at most {BULK_CAP:,}"
+        )
+    ids = []
+    for raw in values:
+        value = parse_positive_int("ids", raw.strip())
+        if value is not None:
+            ids.append(value)
+    return tuple(dict.fromkeys(ids))
+
+
+def parse_bulk_selection(args: MultiDict[str, str], *, with_range: bool) -> Selection:
+    """Either `ids=1&ids=2…` or `scope=all` plus filter arguments (and, when confirming,
+    the `low`/`high` id range the preview showed)."""
+    if args.get("scope") == "all":
+        filters = JobFilters.from_args(args)
+        id_range = None
+        if with_range:
+            low = parse_positive_int("low", args.get("low"))
+            high = parse_positive_int("high", args.get("high"))
+            if low is None or high is None or low > high:
+                raise ValidationError(
+                    "range", "the confirmation is missing its id range; open the preview again"
+                )
+            id_range = (low, high)
+        return Selection(filters=filters, id_range=id_range)
+    ids = parse_ids(args.getlist("ids"))
+    if not ids:
+        raise ValidationError("ids", "select at least one job (tick its checkbox)")
+    return Selection(ids=ids)
+
+
+def parse_payload_text(text: str | None) -> Mapping[str, Any]:
+    """The edited payload: JSON text that must parse to an object (NaN/Infinity refused)."""
+    if text is None or not text.strip():
+        raise ValidationError("payload", "is empty; a payload is a JSON object like {}")
+
+    def _refuse(name: str) -> Any:
+        raise ValidationError("payload", f"{name} is not allowed in JSON")
+
+    try:
+        value = json.loads(text, parse_constant=_refuse)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            "payload", f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise ValidationError("payload", "is nested too deeply") from None
+    if not isinstance(value, dict):
+        raise ValidationError("payload", f"must be a JSON object, got {type(value).__name__}")
+    return value

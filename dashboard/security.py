@@ -1,0 +1,62 @@
+"""Response headers every dashboard response carries, and the session cookie policy.
+
+- a strict Content-Security-Policy: scripts and styles only from our own static files
+  (no inline script or style, no eval), no framing, forms post only to us;
+- nosniff, a same-origin Referrer-Policy, no framing, COOP;
+- `Cache-Control: no-store` on every page (pages show payloads and errors), while the
+  versioned static files may be cached;
+- the session cookie is HttpOnly, SameSite=Lax, and Secure whenever the request came in
+  over TLS (or JOBDESK_SECURE_COOKIES is on).
+"""
+
+from __future__ import annotations
+
+from flask import Flask, Response, request
+from flask.sessions import SecureCookieSessionInterface
+
+from dashboard.state import EXTENSION_KEY
+
+CSP = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ]
+)
+
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
+}
+
+
+def apply_headers(response: Response) -> Response:
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+    if request.endpoint and request.endpoint.endswith(".static"):
+        response.headers["Cache-Control"] = "public, max-age=86400"
+    else:
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Pragma"] = "no-cache"
+        response.vary.add("HX-Request")
+        response.vary.add("Cookie")
+    return response
+
+
+class SessionInterface(SecureCookieSessionInterface):
+    """Marks the session cookie Secure when the request arrived over TLS."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        state = app.extensions.get(EXTENSION_KEY)
+        forced = bool(state is not None and state.secure_cookies)
+        return forced or bool(app.config.get("SESSION_COOKIE_SECURE")) or request.is_secure

@@ -1,0 +1,71 @@
+"""The dashboard's per-app state (`app.extensions["jobdesk"]`): settings, engines,
+the login throttle and the optional identity hook of a host app."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import sqlalchemy as sa
+from flask import current_app
+
+from dashboard.throttle import LoginThrottle
+from shared.settings import Settings, parse_bool, parse_seconds
+
+EXTENSION_KEY = "jobdesk"
+DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is asking: a username and a role (viewer, operator, admin)."""
+
+    username: str
+    role: str
+    source: str = "password"
+
+
+#: A host app's hook: return the Identity of the current request, or None (→ 401).
+IdentityLoader = Callable[[], Identity | None]
+
+
+@dataclass
+class DashboardState:
+    settings: Settings
+    read_engine: sa.Engine
+    write_engine: sa.Engine
+    owns_engines: bool
+    identity_loader: IdentityLoader | None = None
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
+
+    @property
+    def statement_timeout(self) -> float:
+        raw = self.settings.extra.get("dashboard_statement_timeout_seconds")
+        if raw is None:
+            return DEFAULT_STATEMENT_TIMEOUT_SECONDS
+        return parse_seconds("JOBDESK_DASHBOARD_STATEMENT_TIMEOUT_SECONDS", raw) or 0.1
+
+    @property
+    def secure_cookies(self) -> bool:
+        raw = self.settings.extra.get("secure_cookies")
+        return parse_bool("JOBDESK_SECURE_COOKIES", raw) if raw is not None else False
+
+    @property
+    def proxy_default_role(self) -> str | None:
+        return self.settings.extra.get("trusted_proxy_default_role") or None
+
+    @property
+    def worker_stale_after(self) -> timedelta:
+        return timedelta(seconds=max(3 * self.settings.heartbeat_seconds, 30.0))
+
+    def dispose(self) -> None:
+        if self.owns_engines:
+            self.read_engine.dispose()
+            if self.write_engine is not self.read_engine:
+                self.write_engine.dispose()
+
+
+def get_state() -> DashboardState:
+    state: DashboardState = current_app.extensions[EXTENSION_KEY]
+    return state

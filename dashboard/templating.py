@@ -1,0 +1,120 @@
+"""Jinja filters and globals: times, durations, counts, masking and making invisible
+characters visible. Nothing here marks job data as safe HTML — autoescape does its job
+on every value, and these filters only return plain text."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Flask
+
+from dashboard import auth, csrf
+from dashboard.navigation import here
+from shared.masking import mask_email, mask_payload
+
+# C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
+# controls that can make text read differently from what it is.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def visible_controls(text: object) -> str:
+    """Control characters shown as `\\x07` / `\\u202e` instead of acting on the page."""
+    if text is None:
+        return ""
+    value = str(text)
+
+    def _show(match: re.Match[str]) -> str:
+        code = ord(match.group(0))
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _INVISIBLE.sub(_show, value)
+
+
+def viewer_mask(text: object) -> str:
+    """Free text (errors, keys, reasons) with emails masked for viewers."""
+    if text is None:
+        return ""
+    value = str(text)
+    return mask_email(value) if auth.is_viewer_only() else value
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value masked for the current role, indented, invisible characters shown."""
+    masked = mask_payload(value, mask_emails=auth.is_viewer_only())
+    return visible_controls(json.dumps(masked, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    if moment is None:
+        return "—"
+    now = now or datetime.now(UTC)
+    seconds = (now - moment).total_seconds()
+    future = seconds < 0
+    text = duration(abs(seconds))
+    return f"in {text}" if future else f"{text} ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = float(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+    return f"{seconds // 86400:.0f} d {seconds % 86400 // 3600:.0f} h"
+
+
+def utc(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+
+
+def number(value: int | float | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    return f"{count:,} {noun if count == 1 else plural_form or noun + 's'}"
+
+
+def truncate_text(text: object, limit: int = 160) -> str:
+    value = "" if text is None else str(text)
+    first = value.splitlines()[0] if value.strip() else value
+    shortened = first if len(first) <= limit else first[: limit - 1] + "…"
+    if len(value) > len(first) and shortened == first:
+        shortened += " …"
+    return shortened
+
+
+def dict_without(mapping: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if key not in names}
+
+
+def install(app: Flask) -> None:
+    app.jinja_env.filters.update(
+        visible=visible_controls,
+        viewer_mask=viewer_mask,
+        pretty_json=pretty_json,
+        ago=ago,
+        duration=duration,
+        utc=utc,
+        number=number,
+        truncate_text=truncate_text,
+        dict_without=dict_without,
+    )
+    app.jinja_env.globals.update(
+        plural=plural,
+        csrf_token=csrf.token,
+        can=auth.can,
+        current_identity=auth.current,
+        here=here,
+    )

@@ -1,0 +1,61 @@
+"""Alerts raised by the maintenance checks: open and resolved, each acknowledgeable with
+a note (operator role, audited)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request, url_for
+
+from dashboard import auth, db
+from dashboard.flashes import note
+from dashboard.htmx import render
+from dashboard.navigation import back
+from shared import alerts as alert_store
+from shared.errors import ValidationError
+from shared.triage import REASON_MAX_CHARS, check_reason
+
+bp = Blueprint("alerts", __name__)
+STATUSES = ("open", "resolved")
+
+
+@bp.get("/alerts")
+@auth.requires("viewer")
+def index() -> Any:
+    status = request.args.get("status", "open")
+    if status not in STATUSES:
+        raise ValidationError("status", "must be open or resolved")
+    with db.read() as conn:
+        now = db.now(conn)
+        rows = alert_store.list_alerts(conn, status=status, limit=200)
+        open_count = alert_store.count_open_alerts(conn)
+    return render(
+        "alerts/index.html",
+        "alerts/_list.html",
+        "alert-list",
+        alerts=rows,
+        status=status,
+        open_count=open_count,
+        now=now,
+        reason_max=REASON_MAX_CHARS,
+    )
+
+
+@bp.post("/alerts/<int:alert_id>/acknowledge")
+@auth.requires("operator")
+def acknowledge(alert_id: int) -> Any:
+    fallback = url_for("jobdesk.alerts.index")
+    try:
+        text = check_reason(request.form.get("note"), required=True)
+    except ValidationError as exc:
+        note(f"Not acknowledged: the note {exc.message}", "error")
+        return back(fallback)
+    with db.write() as conn:
+        found = alert_store.acknowledge_alert(
+            conn, alert_id, actor=auth.actor(), note=text or "", now=db.now(conn)
+        )
+    if found:
+        note(f"Acknowledged alert #{alert_id}.", "success")
+    else:
+        note(f"Alert #{alert_id} does not exist.", "error")
+    return back(fallback)

@@ -1,0 +1,37 @@
+"""The audit log: every operator action, filterable by actor, action, job and time;
+read-only (nothing in the dashboard can change or delete an entry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request
+
+from dashboard import auth, db
+from dashboard.htmx import render
+from shared.audit import ACTIONS, list_audit
+from shared.filters import PAGE_SIZES, AuditFilters
+
+bp = Blueprint("audit", __name__)
+
+
+@bp.get("/audit")
+@auth.requires("viewer")
+def index() -> Any:
+    filters = AuditFilters.from_args(request.args, ACTIONS)
+    after = request.args.get("after") or None
+    with db.read() as conn:
+        now = db.now(conn)
+        page = list_audit(conn, filters, after)
+    return render(
+        "audit/index.html",
+        "audit/_results.html",
+        "audit-results",
+        filters=filters,
+        args=filters.to_args(),
+        page=page,
+        after=after,
+        actions=ACTIONS,
+        page_sizes=PAGE_SIZES,
+        now=now,
+    )

@@ -1,0 +1,67 @@
+"""Dead letters grouped by error fingerprint (count, first/last seen, types, a sample
+error), with the hourly trend, and the bulk-action preview that comes before any bulk
+retry or ignore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request
+
+from dashboard import auth, db
+from dashboard.forms import parse_bulk_selection
+from dashboard.htmx import render
+from shared.dead_letters import dead_groups, dead_trend
+from shared.errors import ValidationError
+from shared.filters import RANGES, JobFilters
+from shared.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
+
+bp = Blueprint("dead", __name__)
+
+BULK_ACTIONS = ("retry", "ignore")
+
+
+@bp.get("/dead")
+@auth.requires("viewer")
+def index() -> Any:
+    filters = JobFilters.from_args(request.args)
+    with db.read() as conn:
+        now = db.now(conn)
+        found = dead_groups(conn, filters, now=now)
+        trend = dead_trend(conn, now=now)
+    return render(
+        "dead/index.html",
+        "dead/_groups.html",
+        "dead-groups",
+        filters=filters,
+        args=filters.to_args(),
+        found=found,
+        trend=trend,
+        trend_peak=max((b.count for b in trend), default=0),
+        trend_total=sum(b.count for b in trend),
+        ranges=tuple(RANGES),
+        now=now,
+    )
+
+
+@bp.get("/dead/bulk")
+@auth.requires("operator")
+def bulk_preview() -> Any:
+    action = request.args.get("action")
+    if action not in BULK_ACTIONS:
+        raise ValidationError("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+    selection = parse_bulk_selection(request.args, with_range=False)
+    with db.read() as conn:
+        now = db.now(conn)
+        impact = preview_bulk(conn, selection, now=now)
+    return render(
+        "dead/bulk_preview.html",
+        action=action,
+        selection=selection,
+        impact=impact,
+        filter_args=selection.filters.to_args() if selection.filters else {},
+        cap=BULK_CAP,
+        reason_max=REASON_MAX_CHARS,
+        next=request.args.get("next", ""),
+        now=now,
+    )

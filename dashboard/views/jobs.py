@@ -1,0 +1,79 @@
+"""The jobs list (filters, error search, keyset pages, bookmarkable URLs) and one job's
+page (masked payload, attempts, deliveries, report progress, lineage, group lane,
+audit), plus a small status badge that polls only while the job is still active."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from dashboard import auth, db
+from dashboard.htmx import render
+from shared.errors import ValidationError
+from shared.filters import PAGE_SIZES, RANGES, SORTS, TIME_FIELDS, UNRESOLVED, JobFilters
+from shared.queries import Page, job_detail, job_status, list_jobs
+from shared.states import FINAL, JobStatus, Resolution
+
+bp = Blueprint("jobs", __name__)
+
+#: htmx stops polling an element when the response status is 286.
+HTMX_STOP_POLLING = 286
+
+
+def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -> dict[str, Any]:
+    with db.read() as conn:
+        now = db.now(conn)
+        page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+    return {
+        "now": now,
+        "filters": filters,
+        "args": filters.to_args(),
+        "page": page,
+        "after": after,
+        "statuses": [str(s) for s in JobStatus],
+        "resolutions": [UNRESOLVED, *(str(r) for r in Resolution)],
+        "sorts": SORTS,
+        "page_sizes": PAGE_SIZES,
+        "ranges": tuple(RANGES),
+        "time_fields": TIME_FIELDS,
+        "triage": filters.status == JobStatus.DEAD.value,
+    }
+
+
+@bp.get("/jobs")
+@auth.requires("viewer")
+def index() -> Any:
+    try:
+        filters = JobFilters.from_args(request.args)
+        after = request.args.get("after") or None
+        context = list_context(filters, after)
+    except ValidationError as exc:
+        # Show the form again with the problem instead of an error page.
+        context = list_context(JobFilters(), None, load=False)
+        context["error"] = exc
+        body = render("jobs/list.html", "jobs/_results.html", "job-results", **context)
+        return body, 400
+    return render("jobs/list.html", "jobs/_results.html", "job-results", **context)
+
+
+@bp.get("/jobs/<int:job_id>")
+@auth.requires("viewer")
+def detail(job_id: int) -> Any:
+    with db.read() as conn:
+        now = db.now(conn)
+        found = job_detail(conn, job_id)
+    return render(
+        "jobs/detail.html", detail=found, job=found.job, now=now, final=found.job["status"] in FINAL
+    )
+
+
+@bp.get("/jobs/<int:job_id>/status")
+@auth.requires("viewer")
+def status(job_id: int) -> Any:
+    with db.read() as conn:
+        now = db.now(conn)
+        current = job_status(conn, job_id)
+    body = render("jobs/_status.html", job=current, now=now)
+    code = HTMX_STOP_POLLING if current["status"] in FINAL else 200
+    return Response(body, status=code, mimetype="text/html")

@@ -1,0 +1,66 @@
+"""Logging in and out. Until an operator account exists the login page explains how
+to create one (`jobdesk users add NAME --role admin`) and refuses every attempt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, g, redirect, render_template, request, url_for
+
+from dashboard import auth, db
+from dashboard.navigation import safe_target
+from dashboard.state import get_state
+from shared.operators import any_operator_exists, verify
+
+bp = Blueprint("login", __name__)
+MAX_FIELD_CHARS = 1024
+
+
+def _page(status: int = 200, **context: Any) -> Any:
+    with db.read() as conn:
+        no_operator = not auth.proxy_configured() and not any_operator_exists(conn)
+    context.setdefault("next", safe_target(request.values.get("next"), ""))
+    return render_template("auth/login.html", no_operator=no_operator, **context), status
+
+
+@bp.get("/login")
+@auth.public
+def login() -> Any:
+    if g.get("identity") is not None:
+        return redirect(safe_target(request.args.get("next"), url_for("jobdesk.overview.index")))
+    return _page()
+
+
+@bp.post("/login")
+@auth.public
+def login_submit() -> Any:
+    username = (request.form.get("username") or "").strip()[:MAX_FIELD_CHARS]
+    password = (request.form.get("password") or "")[:MAX_FIELD_CHARS]
+    address = request.remote_addr or "unknown"
+    throttle = get_state().throttle
+    wait = throttle.retry_after(address, username)
+    if wait > 0:
+        response = _page(
+            429,
+            username=username,
+            error=f"Too many failed attempts. Try again in {int(wait // 60) + 1} min.",
+        )
+        body, status = response
+        return body, status, {"Retry-After": str(int(wait) + 1)}
+    with db.write() as conn:
+        account = verify(conn, username, password, now=db.now(conn)) if username else None
+    if account is None:
+        throttle.failed(address, username)
+        return _page(401, username=username, error="Wrong username or password.")
+    throttle.succeeded(address, username)
+    auth.start_session(account)
+    return redirect(
+        safe_target(request.form.get("next"), url_for("jobdesk.overview.index")), code=303
+    )
+
+
+@bp.post("/logout")
+@auth.requires("viewer")
+def logout() -> Any:
+    auth.end_session()
+    return redirect(url_for("jobdesk.login.login"), code=303)

@@ -1,0 +1,82 @@
+"""The overview: counts by status, queue and type, oldest queued age per queue, the
+24-hour dead-letter trend, open alerts, workers and the leader. The panels refresh
+themselves with htmx polling at an interval from an allow-list (paused while the tab
+is hidden, see static/dashboard.js)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request
+
+from dashboard import auth, db
+from dashboard.htmx import render
+from dashboard.state import get_state
+from shared import alerts as alert_store
+from shared.dead_letters import dead_trend, unresolved_dead_count
+from shared.errors import ValidationError
+from shared.fleet import list_workers
+from shared.leader import LEADER, current_lease
+from shared.states import JobStatus
+from shared.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
+
+bp = Blueprint("overview", __name__)
+
+REFRESH_INTERVALS: tuple[str, ...] = ("5", "15", "60", "off")
+DEFAULT_REFRESH = "5"
+#: A due job waiting longer than this is shown as a warning.
+STALE_QUEUE_SECONDS = 300
+STATUS_ORDER = [str(s) for s in JobStatus]
+
+
+def overview_data() -> dict[str, Any]:
+    state = get_state()
+    with db.read() as conn:
+        now = db.now(conn)
+        rows = counts_by_status_queue_type(conn)
+        ages = oldest_queued_age_by_queue(conn, now)
+        trend = dead_trend(conn, now=now)
+        unresolved = unresolved_dead_count(conn)
+        open_alerts = alert_store.list_alerts(conn, status="open", limit=5)
+        open_alert_count = alert_store.count_open_alerts(conn)
+        fleet = list_workers(conn, now=now, stale_after=state.worker_stale_after)
+        lease = current_lease(conn, LEADER)
+    totals = dict.fromkeys(STATUS_ORDER, 0)
+    matrix: dict[tuple[str, str], dict[str, int]] = {}
+    for row in rows:
+        totals[row.status] = totals.get(row.status, 0) + row.count
+        matrix.setdefault((row.queue, row.job_type), {})[row.status] = row.count
+    peak = max((bucket.count for bucket in trend), default=0)
+    return {
+        "now": now,
+        "totals": totals,
+        "matrix": sorted(matrix.items()),
+        "statuses": STATUS_ORDER,
+        "ages": sorted(ages.items(), key=lambda kv: -kv[1]),
+        "stale_queue_seconds": STALE_QUEUE_SECONDS,
+        "trend": trend,
+        "trend_peak": peak,
+        "trend_total": sum(bucket.count for bucket in trend),
+        "unresolved_dead": unresolved,
+        "open_alerts": open_alerts,
+        "open_alert_count": open_alert_count,
+        "workers_alive": sum(1 for w in fleet if w.alive),
+        "workers_total": len(fleet),
+        "leader": lease if lease is not None and lease.valid(now) else None,
+    }
+
+
+@bp.get("/")
+@auth.requires("viewer")
+def index() -> Any:
+    refresh = request.args.get("refresh", DEFAULT_REFRESH)
+    if refresh not in REFRESH_INTERVALS:
+        raise ValidationError("refresh", f"must be one of {', '.join(REFRESH_INTERVALS)}")
+    return render(
+        "overview/index.html",
+        "overview/_panels.html",
+        "overview-panels",
+        refresh=refresh,
+        refresh_intervals=REFRESH_INTERVALS,
+        **overview_data(),
+    )

@@ -1,0 +1,206 @@
+"""Triage actions — retry, fix & retry, ignore, cancel, bulk. Each is a POST that
+answers 303 to the page the operator acted from (filters kept) with a counted flash
+message; a lost race (another operator acted first) reloads the job with the reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, redirect, render_template, request, url_for
+
+from dashboard import auth, db
+from dashboard.flashes import note
+from dashboard.forms import parse_bulk_selection, parse_payload_text
+from dashboard.navigation import back, safe_target
+from dashboard.state import get_state
+from dashboard.templating import plural
+from shared import triage
+from shared.errors import ConflictError, ValidationError
+from shared.masking import mask_payload
+from shared.payload_checks import PayloadErrors
+from shared.queries import job_detail
+from shared.transitions import cancel
+from shared.triage import REASON_MAX_CHARS
+
+bp = Blueprint("actions", __name__)
+
+
+def _job_url(job_id: int) -> str:
+    return url_for("jobdesk.jobs.detail", job_id=job_id)
+
+
+def _conflict(job_id: int, exc: ConflictError) -> Any:
+    note(f"Nothing changed: {exc}. The page shows the current state.", "error")
+    return back(_job_url(job_id)) if request.form.get("next") else _redirect(job_id)
+
+
+def _redirect(job_id: int) -> Any:
+    return redirect(_job_url(job_id), code=303)
+
+
+@bp.post("/jobs/<int:job_id>/retry")
+@auth.requires("operator")
+def retry(job_id: int) -> Any:
+    try:
+        with db.write() as conn:
+            new_id = triage.retry_dead(
+                conn,
+                job_id,
+                actor=auth.actor(),
+                reason=request.form.get("reason"),
+                now=db.now(conn),
+            )
+    except ConflictError as exc:
+        return _conflict(job_id, exc)
+    except ValidationError as exc:
+        note(f"Not retried: {exc.message}", "error")
+        return back(_job_url(job_id))
+    note(
+        f"Requeued job #{job_id} as new job #{new_id}.",
+        href=_job_url(new_id),
+        link=f"Open job #{new_id}",
+    )
+    return back(_job_url(job_id))
+
+
+@bp.post("/jobs/<int:job_id>/ignore")
+@auth.requires("operator")
+def ignore(job_id: int) -> Any:
+    try:
+        with db.write() as conn:
+            triage.ignore_dead(
+                conn,
+                job_id,
+                actor=auth.actor(),
+                reason=request.form.get("reason"),
+                now=db.now(conn),
+            )
+    except ConflictError as exc:
+        return _conflict(job_id, exc)
+    except ValidationError as exc:
+        note(f"Not ignored: the {exc.field} {exc.message}", "error")
+        return back(_job_url(job_id))
+    note(f"Ignored job #{job_id}; it stays findable under dead letters → ignored.")
+    return back(_job_url(job_id))
+
+
+@bp.post("/jobs/<int:job_id>/cancel")
+@auth.requires("operator")
+def cancel_job(job_id: int) -> Any:
+    try:
+        reason = triage.check_reason(request.form.get("reason"), required=True)
+    except ValidationError as exc:
+        note(f"Not cancelled: the {exc.field} {exc.message}", "error")
+        return back(_job_url(job_id))
+    with db.write() as conn:
+        done = cancel(conn, [job_id], actor=auth.actor(), reason=reason or "", now=db.now(conn))
+    if done:
+        note(f"Cancelled job #{job_id}.")
+    else:
+        note(f"Job #{job_id} was not cancelled: it is no longer queued or retrying.", "error")
+    return back(_job_url(job_id))
+
+
+def _fix_form(
+    job_id: int,
+    *,
+    text: str | None = None,
+    errors: list[ValidationError] | None = None,
+    reason: str = "",
+    status: int = 200,
+) -> Any:
+    with db.read() as conn:
+        found = job_detail(conn, job_id)
+    job = found.job
+    if text is None:
+        text = json.dumps(mask_payload(job["payload"]), indent=2, ensure_ascii=False)
+    by_field: dict[str, list[str]] = {}
+    for error in errors or []:
+        by_field.setdefault(error.field, []).append(error.message)
+    page = render_template(
+        "dead/fix.html",
+        job=job,
+        detail=found,
+        text=text,
+        errors=by_field,
+        reason=reason,
+        reason_max=REASON_MAX_CHARS,
+        next=safe_target(request.values.get("next"), _job_url(job_id)),
+    )
+    return page, status
+
+
+@bp.get("/jobs/<int:job_id>/fix")
+@auth.requires("operator")
+def fix_form(job_id: int) -> Any:
+    return _fix_form(job_id)
+
+
+@bp.post("/jobs/<int:job_id>/fix")
+@auth.requires("operator")
+def fix(job_id: int) -> Any:
+    text = request.form.get("payload", "")
+    reason = request.form.get("reason", "")
+    try:
+        payload = parse_payload_text(text)
+        with db.write() as conn:
+            new_id = triage.fix_and_retry(
+                conn,
+                job_id,
+                payload,
+                actor=auth.actor(),
+                reason=reason,
+                now=db.now(conn),
+                max_payload_bytes=_max_payload_bytes(),
+            )
+    except ConflictError as exc:
+        note(f"Your edit was not saved: {exc}. The page shows the current state.", "error")
+        return _redirect(job_id)
+    except PayloadErrors as exc:
+        return _fix_form(job_id, text=text, errors=exc.errors, reason=reason, status=422)
+    except ValidationError as exc:
+        return _fix_form(job_id, text=text, errors=[exc], reason=reason, status=422)
+    note(
+        f"Fixed the payload and requeued job #{job_id} as new job #{new_id}.",
+        href=_job_url(new_id),
+        link=f"Open job #{new_id}",
+    )
+    return _redirect(job_id)
+
+
+def _max_payload_bytes() -> int:
+    return get_state().settings.max_payload_bytes
+
+
+@bp.post("/dead/bulk")
+@auth.requires("operator")
+def bulk() -> Any:
+    action = request.form.get("action")
+    fallback = url_for("jobdesk.dead.index")
+    try:
+        if action not in ("retry", "ignore"):
+            raise ValidationError("action", "must be retry or ignore")
+        selection = parse_bulk_selection(request.form, with_range=True)
+        reason = request.form.get("reason")
+        with db.write() as conn:
+            now = db.now(conn)
+            if action == "retry":
+                result = triage.bulk_retry(
+                    conn, selection, actor=auth.actor(), reason=reason, now=now
+                )
+            else:
+                result = triage.bulk_ignore(
+                    conn, selection, actor=auth.actor(), reason=reason, now=now
+                )
+    except ValidationError as exc:
+        note(f"Nothing changed: the {exc.field} {exc.message}", "error")
+        return back(fallback)
+    verb = "Requeued" if action == "retry" else "Ignored"
+    parts = [f"{verb} {plural(result.done, 'job')}."]
+    if result.already_resolved:
+        parts.append(f"{plural(result.already_resolved, 'job')} had already been resolved.")
+    if result.unknown_type:
+        parts.append(f"{plural(result.unknown_type, 'job')} skipped: their type is unknown.")
+    note(" ".join(parts), "success" if result.done else "info")
+    return back(fallback)

@@ -1,0 +1,146 @@
+"""The dashboard blueprint: every page blueprint nested under one parent `bp`, plus the
+guard that runs before each of them (CSRF, identity, role) and the security headers.
+
+Mounting the parent blueprint is all a host app needs (`init_dashboard` does it); the
+guard only ever applies to dashboard routes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
+
+from dashboard import auth, csrf, db
+from dashboard.htmx import is_htmx
+from dashboard.navigation import here
+from dashboard.security import apply_headers
+from dashboard.views import (
+    alerts,
+    audit,
+    dead,
+    endpoints,
+    health,
+    jobs,
+    login,
+    overview,
+    triage_actions,
+    workers,
+)
+from shared.errors import ConflictError, NotFoundError, ValidationError
+from shared.operators import any_operator_exists, role_at_least
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _asset_dir(name: str) -> str:
+    """`templates/` and `static/` sit at the repository root in a checkout and inside
+    the package when installed from a wheel."""
+    for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return str(candidate)
+    raise FileNotFoundError(f"the dashboard's {name}/ folder is missing from this installation")
+
+
+bp = Blueprint(
+    "jobdesk",
+    __name__,
+    template_folder=_asset_dir("templates"),
+    static_folder=_asset_dir("static"),
+    static_url_path="/static",
+)
+for child in (
+    overview,
+    jobs,
+    dead,
+    triage_actions,
+    audit,
+    endpoints,
+    alerts,
+    workers,
+    health,
+    login,
+):
+    bp.register_blueprint(child.bp)
+
+
+def _refuse(status: int, message: str) -> Any:
+    if request.method == "GET" and not is_htmx():
+        return render_template("errors/error.html", status=status, message=message), status
+    return Response(message + "\n", status=status, mimetype="text/plain")
+
+
+def _to_login() -> Any:
+    target = url_for("jobdesk.login.login", next=here())
+    if is_htmx():
+        response = Response("login required\n", status=401, mimetype="text/plain")
+        response.headers["HX-Redirect"] = target
+        return response
+    if request.method != "GET":
+        return Response("login required\n", status=401, mimetype="text/plain")
+    return redirect(target, code=303)
+
+
+@bp.before_request
+def guard() -> Any:
+    """Fail closed: CSRF first, then identity, then the view's declared role."""
+    if request.endpoint == "jobdesk.static":
+        return None
+    problem = csrf.problem()
+    if problem is not None:
+        return _refuse(403, f"Refused: {problem}.")
+    view = current_app.view_functions.get(request.endpoint or "")
+    role = auth.required_role(view)
+    if role is None:
+        return _refuse(403, "Refused: this route declares no access rule.")
+    if role == auth.PUBLIC and request.endpoint in (
+        "jobdesk.health.healthz",
+        "jobdesk.health.readyz",
+    ):
+        return None
+    with db.read() as conn:
+        g.identity = auth.load_identity(conn)
+        if g.identity is None and role != auth.PUBLIC:
+            g.no_operator_yet = not auth.proxy_configured() and not any_operator_exists(conn)
+    if role == auth.PUBLIC:
+        return None
+    if g.identity is None:
+        return _to_login()
+    if not role_at_least(g.identity.role, role):
+        return _refuse(
+            403, f"Your role ({g.identity.role}) cannot do this; it needs the {role} role."
+        )
+    return None
+
+
+@bp.after_request
+def headers(response: Response) -> Response:
+    return apply_headers(response)
+
+
+@bp.errorhandler(ValidationError)
+def bad_input(exc: ValidationError) -> Any:
+    return _refuse(400, f"Bad input: {exc.field} {exc.message}.")
+
+
+@bp.errorhandler(NotFoundError)
+def not_found(exc: NotFoundError) -> Any:
+    return _refuse(404, f"Not found: {exc}.")
+
+
+@bp.errorhandler(ConflictError)
+def conflict(exc: ConflictError) -> Any:
+    return _refuse(409, f"Conflict: {exc}.")
+
+
+@bp.errorhandler(sa.exc.OperationalError)
+def database_unavailable(exc: sa.exc.OperationalError) -> Any:
+    # Includes the dashboard's statement deadline firing (PostgreSQL statement_timeout,
+    # SQLite interrupt): say so instead of a stack trace.
+    return _refuse(
+        503,
+        "The database did not answer in time (or is unreachable). Narrow the filters and "
+        "try again; if it persists, check the database.",
+    )
