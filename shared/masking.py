@@ -26,7 +26,12 @@ _SECRET_KEY = re.compile(
     r"credential|card[_-]?number|^cvv$|^cvc$|^ssn$|session|cookie",
     re.IGNORECASE,
 )
-_AUTH_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization)(\s*[:=]\s*)([^\r\n,;]+)")
+# The header's value is an optional scheme word plus the credential; only those are masked,
+# so the rest of a one-line error message survives.
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(authorization|proxy-authorization)([\"']?[ \t]*[:=][ \t]*[\"']?)"
+    r"((?:[A-Za-z][A-Za-z0-9_-]*[ \t]+)?[^\s\"',;]+)"
+)
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
 _QUERY_SECRET = re.compile(
     r"(?i)([?&;\s\"'{,]|^)((?:access_|api_|refresh_|id_)?(?:token|key|apikey|secret|password|passwd|pwd|signature|sig)"
@@ -106,10 +111,11 @@ def sanitize_error(raw: str | bytes | None, limit: int = MAX_ERROR_CHARS) -> str
     if raw is None:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    original_length = len(text)
     text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
     text = mask_text(text)
     if len(text) > limit:
-        text = f"{text[:limit]}… [truncated; {len(text):,} characters in all]"
+        text = f"{text[:limit]}… [truncated; {original_length:,} characters in all]"
     return text
 
 
