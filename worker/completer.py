@@ -23,8 +23,9 @@ import sqlalchemy as sa
 from shared import transitions
 from shared.retry import RetryPolicy, decide
 from shared.states import AttemptOutcome, JobStatus
+from worker import failpoints
 from worker.executor import Attempt, Kind, Outcome
-from worker.resilience import DB_ERRORS, Backoff, OutageLog
+from worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -155,6 +156,7 @@ class Completer(threading.Thread):
         self._pending_lock = threading.Lock()
         self._idle = threading.Condition(self._pending_lock)
         self._outage = OutageLog(log, "completer")
+        self._conn = HeldConnection(engine)
 
     def submit(self, attempt: Attempt) -> None:
         with self._pending_lock:
@@ -193,6 +195,7 @@ class Completer(threading.Thread):
                 batch.append(item)
             if batch:
                 self._write(batch)
+        self._conn.close()
 
     def _write(self, batch: list[Attempt]) -> None:
         try:
@@ -229,8 +232,9 @@ class Completer(threading.Thread):
         while True:
             try:
                 now = self._clock()  # before BEGIN: the clock may need its own connection
-                with self._engine.begin() as conn:
+                with self._conn.begin() as conn:
                     applied = apply_outcomes(conn, outcomes, now=now, policy_for=self._policy_for)
+                    failpoints.hit(failpoints.MID_COMPLETION)
             except DB_ERRORS as exc:
                 delay = backoff.next()
                 self._outage.failed(exc, delay)

@@ -59,6 +59,8 @@ class SlotPool:
         self._running: dict[Attempt, _SlotThread] = {}
         self.abandoned_alive = 0
         self.abandoned_total = 0
+        #: Free slots worth waking the dispatcher for (it claims in batches).
+        self.wake_threshold = max(1, slots // 4)
 
     @property
     def busy(self) -> int:
@@ -113,7 +115,9 @@ class SlotPool:
                 return True
             self._running.pop(attempt, None)
             self._busy -= 1
-        self._on_free()
+            wake = self._busy == 0 or self.slots - self._busy == self.wake_threshold
+        if wake:
+            self._on_free()
         return False
 
     def check_deadlines(self, now: float | None = None) -> float:

@@ -7,9 +7,11 @@ once when the outage starts and once when it ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -80,3 +82,37 @@ class OutageLog:
                 self._what,
                 extra={"action": "db_recovered", "task": self._what},
             )
+
+
+class HeldConnection:
+    """One connection kept checked out by a runtime thread (dispatcher, completer).
+
+    Saves the pool's checkout ping on every transaction — a round trip per claim or
+    batch on the hot path. After a database error the connection is thrown away and
+    the next `begin()` opens a fresh one.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        self._conn: sa.Connection | None = None
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self._engine.connect()
+        conn = self._conn
+        try:
+            with conn.begin():
+                yield conn
+        except DB_ERRORS:
+            self.close(invalidate=True)
+            raise
+
+    def close(self, *, invalidate: bool = False) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if invalidate:
+                conn.invalidate()
+            conn.close()

@@ -49,6 +49,7 @@ from shared.worker_registry import (
     new_worker_id,
     register_worker,
 )
+from worker import failpoints
 from worker.completer import Completer
 from worker.config import SlotGroup, WorkerConfig
 from worker.executor import Attempt, execute, make_attempt
@@ -57,7 +58,7 @@ from worker.listener import Listener
 from worker.maintenance.scheduler import Maintenance
 from worker.pool import SlotPool
 from worker.registry import Registry
-from worker.resilience import DB_ERRORS, Backoff, OutageLog
+from worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -67,6 +68,10 @@ EXIT_STUCK_THREADS = 3
 MAX_PENDING_WRITES = 5000
 #: How long shutdown waits for the completer to write the last outcomes.
 FINAL_FLUSH_SECONDS = 10.0
+#: While handlers run, hard timeouts are checked this often (their precision).
+DEADLINE_TICK_SECONDS = 0.05
+#: A busy group with only a few free slots claims at most this often.
+CLAIM_COOLDOWN_SECONDS = 0.02
 
 
 def _version() -> str:
@@ -107,9 +112,11 @@ class Runner:
         self._held: dict[int, Attempt] = {}
         self._held_lock = threading.Lock()
         self._more: dict[str, bool] = {g.name: True for g in config.groups}
+        self._last_claim: dict[str, float] = {g.name: 0.0 for g in config.groups}
         self._claim_backoff = Backoff()
         self._claim_retry_at = 0.0
         self._claim_outage = OutageLog(log, "claim")
+        self._claim_conn = HeldConnection(engine)
         self.claimed_total = 0
         self.outcomes: Counter[str] = Counter()
         self.pools: dict[str, SlotPool] = {
@@ -259,51 +266,72 @@ class Runner:
     def _dispatch_loop(self) -> None:
         poll = self.config.poll_interval_seconds
         next_poll = time.monotonic() + poll
+        next_check = 0.0
         while not self.stopping.is_set():
             self._wake.clear()
-            until_deadline = min(p.check_deadlines() for p in self.pools.values())
-            if self._too_many_stuck():
-                break
-            claimed_full = self._claim_round()
             now = time.monotonic()
+            if now >= next_check:
+                next_check = self._check_deadlines(now)
+                if self._too_many_stuck():
+                    break
             if now >= next_poll:
                 for name in self._more:
                     self._more[name] = True
                 next_poll = now + poll
+            again = self._claim_round(now)
+            if again <= 0:
                 continue
-            if claimed_full:
-                continue
-            timeout = min(next_poll - now, until_deadline)
+            now = time.monotonic()
+            wake_at = min(next_poll, next_check)
             if self._claim_retry_at > now:
-                timeout = min(timeout, self._claim_retry_at - now)
-            self._wake.wait(max(0.0, timeout))
+                wake_at = min(wake_at, self._claim_retry_at)
+            timeout = wake_at - now
+            self._wake.wait(max(0.0, min(timeout, again)))
 
-    def _claim_round(self) -> bool:
-        """Claim for every group that may have work; True when some group should go again."""
-        if time.monotonic() < self._claim_retry_at:
-            return False
-        if self.completer.pending > MAX_PENDING_WRITES:
-            return False
-        again = False
+    def _check_deadlines(self, now: float) -> float:
+        """Time out overrunning attempts; returns when to look again."""
+        until = min(p.check_deadlines(now) for p in self.pools.values())
+        if any(p.busy for p in self.pools.values()):
+            # Attempts that start later may have short timeouts: keep looking while busy.
+            until = min(until, DEADLINE_TICK_SECONDS)
+        return now + max(until, 0.0)
+
+    def _claim_round(self, now: float) -> float:
+        """Claim for every group that may have work.
+
+        Returns 0 to go again at once (a claim came back full and slots are free),
+        else how long until a deferred claim is due (inf: wait for a wake-up).
+        """
+        if now < self._claim_retry_at or self.completer.pending > MAX_PENDING_WRITES:
+            return float("inf")
+        again = float("inf")
         for group in self.config.groups:
             pool = self.pools[group.name]
             free = pool.free()
             if free <= 0 or not self._more[group.name] or self.stopping.is_set():
                 continue
+            since = now - self._last_claim[group.name]
+            if free < pool.wake_threshold and pool.busy and since < CLAIM_COOLDOWN_SECONDS:
+                # Busy and only a few slots free: wait briefly for more to free up, so a
+                # backlog is claimed in batches instead of one job per statement.
+                again = min(again, CLAIM_COOLDOWN_SECONDS - since)
+                continue
             limit = min(free, self.config.claim_batch)
             claimed = self._claim(group, limit)
+            self._last_claim[group.name] = time.monotonic()
             if claimed is None:
-                return False
+                return float("inf")
             full = len(claimed) == limit
             self._more[group.name] = full
             if claimed:
                 self._hand_over(pool, claimed)
-            again = again or (full and pool.free() > 0)
+            if full and pool.free() > 0:
+                again = 0.0
         return again
 
     def _claim(self, group: SlotGroup, limit: int) -> list[Any] | None:
         try:
-            with self.engine.begin() as conn:
+            with self._claim_conn.begin() as conn:
                 jobs = claim(
                     conn,
                     worker_id=self.worker_id,
@@ -317,6 +345,8 @@ class Runner:
             self._claim_outage.failed(exc, delay)
             self._claim_retry_at = time.monotonic() + delay
             return None
+        if jobs:
+            failpoints.hit(failpoints.AFTER_CLAIM)
         if self._claim_backoff.failures:
             self._claim_backoff.reset()
             self._claim_outage.recovered()
@@ -399,8 +429,8 @@ class Runner:
             self._grace_end = time.monotonic() + self.config.shutdown_timeout_seconds
         while self._busy() and time.monotonic() < (self._grace_end or 0.0):
             self._wake.clear()
-            until_deadline = min(p.check_deadlines() for p in self.pools.values())
-            self._wake.wait(max(0.0, min(0.1, until_deadline, self._grace_end - time.monotonic())))
+            next_check = self._check_deadlines(time.monotonic())
+            self._wake.wait(max(0.0, min(next_check, self._grace_end) - time.monotonic()))
         released = 0
         for attempt in self.held():
             if attempt.release():
@@ -408,6 +438,7 @@ class Runner:
                 self.completer.submit(attempt)
         for pool in self.pools.values():
             pool.stop()
+        self._claim_conn.close()
         self.maintenance.stop()
         if self.listener is not None:
             self.listener.stop()
