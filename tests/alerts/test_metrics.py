@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import sqlalchemy as sa
 from flask import Flask
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard import metrics
+from dashboard import create_app, metrics
 from shared.clock import db_now
 from shared.db import make_engine
 from shared.models import alerts
@@ -88,3 +89,13 @@ def test_database_trouble_is_a_503_not_a_crash(tmp_path: Path) -> None:
         engine.dispose()
     assert response.status_code == 503
     assert response.get_data(as_text=True) == "metrics: database unavailable\n"
+
+
+def test_works_inside_the_dashboard_app_with_its_read_engine(engine: sa.Engine) -> None:
+    settings = Settings(secret_key=secrets.token_urlsafe(48))
+    app = create_app(settings, engine)
+    app.register_blueprint(metrics.bp)  # what the factory will do
+    with engine.begin() as conn:
+        make_job(conn, queue="email")
+    samples = scrape(app)
+    assert samples[("jobdesk_jobs", (("queue", "email"), ("status", "queued")))] == 1
