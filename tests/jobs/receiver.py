@@ -50,6 +50,8 @@ class Receiver:
         self.applied: Counter[str] = Counter()
         self.deliveries: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self.on_apply: dict[str, Any] = {}
+        """path → callable run once the event is applied, before answering (fault hook)."""
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -115,10 +117,13 @@ class Receiver:
         if not verified:
             self._reply(request, 401, b"bad signature")
             return
-        if path in ("/ok", "/reset", "/slow", "/big"):
+        if path in ("/ok", "/reset", "/slow", "/big", "/hook"):
             with self.lock:
                 # An idempotent receiver: the webhook-id is applied once, repeats are acks.
                 self.applied.setdefault(msg_id, 1)
+            hook = self.on_apply.pop(path, None)
+            if hook is not None:
+                hook()
         if path == "/reset" and first_time:
             # Applied above; now lose the answer: RST instead of a response (E3).
             request.connection.setsockopt(
@@ -131,6 +136,7 @@ class Receiver:
             time.sleep(3)
         answers: dict[str, tuple[int, bytes, dict[str, str]]] = {
             "/ok": (200, b"ok", {}),
+            "/hook": (200, b"ok", {}),
             "/reset": (200, b"ok (duplicate)", {}),
             "/slow": (200, b"late", {}),
             "/500": (500, b"internal error", {}),

@@ -41,6 +41,8 @@ class _Handler:
     mode: str = "ok"
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    on_data: list[Any] = field(default_factory=list)
+    """Callables run once (each) after a mail is stored, before the 250 (fault hook)."""
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: Any
@@ -61,6 +63,8 @@ class _Handler:
                     message_from_bytes(envelope.original_content or envelope.content),
                 )
             )
+        if self.on_data:
+            self.on_data.pop(0)()
         if self.mode == "drop":
             # The reply is written first; closing flushes it, then the peer sees EOF.
             asyncio.get_running_loop().call_soon(server.transport.close)
