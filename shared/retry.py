@@ -106,6 +106,9 @@ def decide(
     if attempt >= max_attempts:
         return RetryDecision(None, f"attempts exhausted ({attempt}/{max_attempts})")
     if retry_after is not None:
-        wait = min(timedelta(seconds=max(retry_after, 0.0)), policy.retry_after_cap)
-        return RetryDecision(now + wait, "retry-after")
+        # Capped in float seconds first: a provider's absurd (or infinite) value must not
+        # overflow timedelta; NaN and negatives mean "now".
+        seconds = retry_after if retry_after >= 0 else 0.0
+        wait = min(seconds, policy.retry_after_cap.total_seconds())
+        return RetryDecision(now + timedelta(seconds=wait), "retry-after")
     return RetryDecision(now + policy.backoff.delay(attempt, rng), "backoff")
