@@ -1,0 +1,33 @@
+"""gunicorn settings for the Jobdesk dashboard:
+
+    gunicorn -c deploy/gunicorn.conf.py 'dashboard:create_app()'
+
+- `gthread` workers: page requests wait on the database, so a few threads per process
+  serve concurrent operators cheaply;
+- no `preload_app`: each worker process builds its own app and database pool after the
+  fork (a pool created before fork would share sockets between processes);
+- bind to loopback by default: put a TLS-terminating reverse proxy in front and list
+  its address in `forwarded_allow_ips` so `X-Forwarded-Proto` marks requests secure
+  (the session cookie then gets the Secure flag).
+
+Every value can be overridden with the usual `GUNICORN_CMD_ARGS` or command-line flags.
+"""
+
+import os
+
+bind = os.environ.get("JOBDESK_DASHBOARD_BIND", "127.0.0.1:8000")
+worker_class = "gthread"
+workers = int(os.environ.get("JOBDESK_DASHBOARD_WORKERS", "2"))
+threads = int(os.environ.get("JOBDESK_DASHBOARD_THREADS", "4"))
+preload_app = False
+timeout = 30
+graceful_timeout = 20
+keepalive = 5
+# Request line and header limits well above what the dashboard needs, below abuse.
+limit_request_line = 8190
+limit_request_fields = 100
+forwarded_allow_ips = os.environ.get("JOBDESK_FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+accesslog = "-"
+errorlog = "-"
+# Never log query strings with secrets: the dashboard puts none there, but keep it short.
+access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms'
