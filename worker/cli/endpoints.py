@@ -4,12 +4,23 @@ rotate). Secrets are printed once, as the last line, and never again."""
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import click
 
 from worker.cli.app import cli, echo_json, engine_from, user_errors
+
+
+@contextmanager
+def _engine(ctx: click.Context, **kwargs: Any) -> Iterator[Any]:
+    engine = engine_from(ctx, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _actor() -> str:
@@ -36,8 +47,7 @@ def add(ctx: click.Context, name: str, url: str) -> None:
     from shared.settings import Settings
 
     settings = Settings.from_env()
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         secret = add_endpoint(
             conn,
             name,
@@ -61,9 +71,8 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     from shared.clock import db_now
     from shared.endpoints import list_endpoints
 
-    engine = engine_from(ctx, sqlite_begin="DEFERRED")
     rows: list[dict[str, Any]] = []
-    with engine.connect() as conn:
+    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         now = db_now(conn)
         for endpoint in list_endpoints(conn):
             row = endpoint.public(now)
@@ -96,8 +105,7 @@ def pause(ctx: click.Context, name: str, reason: str | None, for_seconds: float 
 
     if for_seconds is not None and not 0 < for_seconds <= 366 * 86400:
         raise click.BadParameter("must be between 0 and 366 days", param_hint="--for")
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         now = db_now(conn)
         until = now + timedelta(seconds=for_seconds) if for_seconds else None
         pause_endpoint(conn, name, actor=_actor(), reason=reason, until=until, now=now)
@@ -113,8 +121,7 @@ def resume(ctx: click.Context, name: str) -> None:
     from shared.clock import db_now
     from shared.endpoints import resume_endpoint
 
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         released = resume_endpoint(conn, name, actor=_actor(), now=db_now(conn))
     click.echo(f"endpoint {name} resumed; {released} held job(s) released")
 
@@ -137,8 +144,7 @@ def rotate(ctx: click.Context, name: str, overlap_hours: float) -> None:
 
     if not 0 <= overlap_hours <= 24 * 30:
         raise click.BadParameter("must be between 0 and 720", param_hint="--overlap-hours")
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         secret = rotate_secret(
             conn,
             name,
