@@ -213,6 +213,8 @@ class JobAttempt(Base):
         sa.CheckConstraint(_in_list("outcome", list(AttemptOutcome)), name="outcome"),
         sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
         sa.Index("ix_job_attempts_error_fingerprint", "error_fingerprint"),
+        # The repeated-error alert scans the last minutes of failed attempts.
+        sa.Index("ix_job_attempts_finished_at", "finished_at"),
         sa.Index(
             "ix_job_attempts_error_trgm",
             "error",

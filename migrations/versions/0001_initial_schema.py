@@ -466,6 +466,7 @@ def upgrade() -> None:
             "ix_job_attempts_error_fingerprint", ["error_fingerprint"], unique=False
         )
         batch_op.create_index("ix_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False)
+        batch_op.create_index("ix_job_attempts_finished_at", ["finished_at"], unique=False)
 
     op.create_table(
         "report_chunk_results",
@@ -550,6 +551,7 @@ def downgrade() -> None:
     op.drop_table("webhook_deliveries")
     op.drop_table("report_chunk_results")
     with op.batch_alter_table("job_attempts", schema=None) as batch_op:
+        batch_op.drop_index("ix_job_attempts_finished_at")
         batch_op.drop_index("ix_job_attempts_job_id_attempt")
         batch_op.drop_index("ix_job_attempts_error_fingerprint")
 
