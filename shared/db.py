@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 
-from shared.settings import Settings
+from shared.settings import Settings, SettingsError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -55,7 +55,13 @@ def make_engine(
     """Create an engine for `url` (default: the configured database URL)."""
     settings = settings or Settings.from_env()
     url = url or settings.database_url
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        raise SettingsError(
+            f"JOBDESK_DATABASE_URL: cannot parse {url!r}; use sqlite:///path.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         return _make_sqlite_engine(url, sqlite_begin)
     if parsed.get_backend_name() == "postgresql":
@@ -64,7 +70,7 @@ def make_engine(
         return _make_postgresql_engine(
             parsed, settings, pool_size or settings.db_pool_size, application_name
         )
-    raise ValueError(
+    raise SettingsError(
         f"JOBDESK_DATABASE_URL: unsupported database {parsed.get_backend_name()!r}; "
         "use sqlite:///path.db or postgresql+psycopg://user@host/db"
     )

@@ -46,6 +46,10 @@ def user_errors(func: Callable[P, T]) -> Callable[P, T]:
             raise click.ClickException(str(exc)) from None
         except sa.exc.OperationalError as exc:
             detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            if "no such table" in detail:  # SQLite reports a missing schema this way
+                raise click.ClickException(
+                    f"database error: {detail} (run `jobdesk migrate` first)"
+                ) from None
             raise click.ClickException(f"database unavailable: {detail}") from None
         except sa.exc.ProgrammingError as exc:
             detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
