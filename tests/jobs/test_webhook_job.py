@@ -21,7 +21,7 @@ from shared.endpoints import (
     rotate_secret,
 )
 from shared.errors import ValidationError
-from shared.models import audit_log, jobs, webhook_endpoints
+from shared.models import audit_log, effects, jobs, webhook_deliveries, webhook_endpoints
 from shared.queue import claim
 from shared.transitions import rescue_expired
 from tests.factories import job_row
@@ -339,11 +339,6 @@ def test_requeued_dead_job_keeps_its_webhook_id(engine: sa.Engine, receiver: Rec
     assert first.webhook_id == second.webhook_id
 
 
-class CrashBeforeRecording(JobContext):
-    def record_effect(self, key: str, detail: dict[str, Any] | None = None) -> bool:
-        raise SystemExit("worker killed after the 2xx, before recording")
-
-
 def test_f2_kill_between_delivery_and_completion_applies_once(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
@@ -351,7 +346,7 @@ def test_f2_kill_between_delivery_and_completion_applies_once(
     job_id = add(engine)
     with engine.begin() as conn:
         [claimed] = claim(conn, worker_id="doomed", limit=1, lease_seconds=5)
-    ctx = CrashBeforeRecording(
+    ctx = JobContext(
         job_id=claimed.id,
         job_type="webhook.deliver",
         attempt=claimed.attempt,
@@ -359,8 +354,12 @@ def test_f2_kill_between_delivery_and_completion_applies_once(
         idempotency_key=claimed.idempotency_key,
         engine=engine,
     )
-    with pytest.raises(SystemExit):
-        deliver_webhook(claimed.payload, ctx)
+    deliver_webhook(claimed.payload, ctx)  # the receiver applied it ...
+    # ... and the worker died before its last transaction (delivery row + effect record)
+    # committed: that transaction is gone, the job is still running under a dead lease.
+    with engine.begin() as conn:
+        conn.execute(sa.delete(effects))
+        conn.execute(sa.delete(webhook_deliveries))
     expired = later(engine, seconds=30)
     with engine.begin() as conn:
         assert rescue_expired(conn, now=expired, policy_for=registry.policy_for)

@@ -33,6 +33,7 @@ from typing import Any
 from shared import breakers, ratelimits
 from shared.clock import db_now
 from shared.deliveries import delivery_origin
+from shared.effects import record_effect
 from shared.errors import PermanentError, Snooze
 from shared.masking import mask_email
 from shared.retry import ExponentialBackoff
@@ -166,22 +167,29 @@ def _context(payload: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 
 def _guard_provider(ctx: JobContext, cfg: JobsConfig, key: str) -> None:
-    """Snooze (no attempt used) while the provider's breaker is open or its rate is spent."""
+    """Snooze (no attempt used) while the provider's rate is spent or its breaker open."""
     limit = cfg.smtp_rate_limit
     with ctx.engine.begin() as conn:
         now = db_now(conn)
+        wait = ratelimits.try_acquire(
+            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=now
+        )
+        if wait > 0:
+            raise Snooze(wait, f"rate limit {limit.key} reached")
         allowed, wait = breakers.allow_attempt(conn, key, now)
     if not allowed:
         raise Snooze(wait, f"circuit breaker {key} is open")
-    with ctx.engine.begin() as conn:
-        wait = ratelimits.try_acquire(
-            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=db_now(conn)
-        )
-    if wait > 0:
-        raise Snooze(wait, f"rate limit {limit.key} reached")
 
 
-def _record_breaker(ctx: JobContext, cfg: JobsConfig, key: str, error: str | None) -> None:
+def _record_outcome(
+    ctx: JobContext,
+    cfg: JobsConfig,
+    key: str,
+    *,
+    error: str | None = None,
+    effect: tuple[str, dict[str, Any]] | None = None,
+) -> None:
+    """Breaker bookkeeping and (after a 250) the effect record, in one transaction."""
     with ctx.engine.begin() as conn:
         now = db_now(conn)
         if error is None:
@@ -195,6 +203,8 @@ def _record_breaker(ctx: JobContext, cfg: JobsConfig, key: str, error: str | Non
                 threshold=cfg.breaker_threshold,
                 cooldown=timedelta(seconds=cfg.breaker_cooldown_seconds),
             )
+        if effect is not None:
+            record_effect(conn, effect[0], job_id=ctx.job_id, detail=effect[1])
 
 
 @job("email.send", backoff=EMAIL_BACKOFF)
@@ -237,13 +247,12 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     try:
         result = provider.send(message, sender=sender, recipients=[address])
     except TransientMailError as exc:
-        _record_breaker(ctx, cfg, provider.key, str(exc))
+        _record_outcome(ctx, cfg, provider.key, error=str(exc))
         raise
     except PermanentMailError as exc:
         # The server answered: it is healthy, the mail is what it refused.
-        _record_breaker(ctx, cfg, provider.key, None)
+        _record_outcome(ctx, cfg, provider.key)
         raise PermanentError(str(exc)) from None
-    _record_breaker(ctx, cfg, provider.key, None)
     detail = {
         "dedup_key": key,
         "message_id": msg_id,
@@ -256,6 +265,6 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         "smtp_reply": result.reply,
         "provider_message_id": result.provider_message_id,
     }
-    ctx.record_effect(key, detail)
+    _record_outcome(ctx, cfg, provider.key, effect=(key, detail))
     ctx.log.info("email %s sent", msg_id, extra={"action": "email_sent", "message_id": msg_id})
     return detail

@@ -39,6 +39,7 @@ from typing import Any
 from shared import breakers, ratelimits
 from shared.clock import db_now
 from shared.deliveries import delivery_origin, excerpt, record_delivery
+from shared.effects import find_effect, record_effect
 from shared.endpoints import Endpoint, disable_endpoint, get_endpoint
 from shared.errors import PermanentError, RetryAfter, Snooze
 from shared.retry import Schedule
@@ -114,17 +115,18 @@ def _snooze_if_held(ctx: JobContext, cfg: JobsConfig, endpoint: Endpoint, now: d
             wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
         raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
     key = f"webhook:{endpoint.name}"
+    limit = cfg.webhook_rate_limit(endpoint.name)
+    # One transaction for both checks: every delivery pays it, so it is kept short.
     with ctx.engine.begin() as conn:
-        allowed, wait = breakers.allow_attempt(conn, key, db_now(conn))
+        now = db_now(conn)
+        wait = ratelimits.try_acquire(
+            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=now
+        )
+        if wait > 0:
+            raise Snooze(wait, f"rate limit {limit.key} reached")
+        allowed, wait = breakers.allow_attempt(conn, key, now)
     if not allowed:
         raise Snooze(wait, f"circuit breaker {key} is open")
-    limit = cfg.webhook_rate_limit(endpoint.name)
-    with ctx.engine.begin() as conn:
-        wait = ratelimits.try_acquire(
-            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=db_now(conn)
-        )
-    if wait > 0:
-        raise Snooze(wait, f"rate limit {limit.key} reached")
 
 
 def _log(
@@ -138,9 +140,11 @@ def _log(
     breaker_error: str | None = None,
     breaker_success: bool = False,
     disable_reason: str | None = None,
+    effect: tuple[str, dict[str, Any]] | None = None,
     cfg: JobsConfig,
 ) -> None:
-    """Delivery row, breaker bookkeeping and a 410 disable, in one transaction."""
+    """Delivery row, breaker bookkeeping, a 410 disable and the effect record, in one
+    transaction (a crash before its commit loses all of them together)."""
     with ctx.engine.begin() as conn:
         now = db_now(conn)
         record_delivery(
@@ -171,6 +175,8 @@ def _log(
             breakers.record_success(conn, key, now)
         if disable_reason is not None:
             disable_endpoint(conn, endpoint.name, reason=disable_reason, now=now)
+        if effect is not None:
+            record_effect(conn, effect[0], job_id=ctx.job_id, detail=effect[1])
 
 
 def _response_excerpt(result: HttpResult | None) -> str | None:
@@ -207,11 +213,11 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         endpoint = get_endpoint(conn, name)
         origin = delivery_origin(conn, ctx.job_id)
         now = db_now(conn)
+        key = effect_key(ctx, name, event, origin.job_id)
+        done = find_effect(conn, key)
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")
-    key = effect_key(ctx, name, event, origin.job_id)
     msg_id = webhook_id(key)
-    done = ctx.effect_done(key)
     if done is not None:
         return {**done, "skipped": "already delivered"}
     _snooze_if_held(ctx, cfg, endpoint, now)
@@ -253,14 +259,22 @@ def _conclude(
     status = result.status_code or 0
     line = f"{where} answered HTTP {status}"
     if 200 <= status < 300:
-        _log(ctx, endpoint, msg_id, "delivered", result, breaker_success=True, cfg=cfg)
         detail = {
             "webhook_id": msg_id,
             "endpoint": endpoint.name,
             "status_code": status,
             "latency_ms": round(result.latency_ms, 2),
         }
-        ctx.record_effect(key, detail)
+        _log(
+            ctx,
+            endpoint,
+            msg_id,
+            "delivered",
+            result,
+            breaker_success=True,
+            effect=(key, detail),
+            cfg=cfg,
+        )
         return detail
     if status == 410:
         reason = f"410 Gone from {endpoint.url}"
