@@ -155,6 +155,30 @@ def add_endpoint(
     return secret
 
 
+def set_endpoint_url(
+    conn: sa.Connection,
+    name: str,
+    url: str,
+    *,
+    allow_private: bool = False,
+    now: datetime,
+    actor: str = "cli",
+    resolve: Resolver | None = None,
+) -> None:
+    """Point endpoint `name` at `url` (vetted as at creation); the secret stays."""
+    check_endpoint_url(url, allow_private=allow_private, resolve=resolve)
+    previous = require_endpoint(conn, name)
+    _update(conn, name, url=url, updated_at=now)
+    _audit(
+        conn,
+        actor=actor,
+        action="endpoint.set_url",
+        name=name,
+        now=now,
+        details={"from": previous.url, "to": url},
+    )
+
+
 def get_endpoint(conn: sa.Connection, name: str) -> Endpoint | None:
     row = conn.execute(sa.select(webhook_endpoints).where(webhook_endpoints.c.name == name)).first()
     return None if row is None else _endpoint(row)
