@@ -113,6 +113,7 @@ class Runner:
         self._held_lock = threading.Lock()
         self._more: dict[str, bool] = {g.name: True for g in config.groups}
         self._last_claim: dict[str, float] = {g.name: 0.0 for g in config.groups}
+        self._next_check = 0.0  # monotonic time of the next hard-timeout check
         self._claim_backoff = Backoff()
         self._claim_retry_at = 0.0
         self._claim_outage = OutageLog(log, "claim")
@@ -266,12 +267,11 @@ class Runner:
     def _dispatch_loop(self) -> None:
         poll = self.config.poll_interval_seconds
         next_poll = time.monotonic() + poll
-        next_check = 0.0
         while not self.stopping.is_set():
             self._wake.clear()
             now = time.monotonic()
-            if now >= next_check:
-                next_check = self._check_deadlines(now)
+            if now >= self._next_check:
+                self._next_check = self._check_deadlines(now)
                 if self._too_many_stuck():
                     break
             if now >= next_poll:
@@ -282,7 +282,7 @@ class Runner:
             if again <= 0:
                 continue
             now = time.monotonic()
-            wake_at = min(next_poll, next_check)
+            wake_at = min(next_poll, self._next_check)
             if self._claim_retry_at > now:
                 wake_at = min(wake_at, self._claim_retry_at)
             timeout = wake_at - now
@@ -365,6 +365,7 @@ class Runner:
                 self._held[attempt.job.id] = attempt
         self.claimed_total += len(attempts)
         pool.submit(attempts)
+        self._next_check = min(self._next_check, time.monotonic() + DEADLINE_TICK_SECONDS)
 
     def _on_queues(self, queues: list[str] | None) -> None:
         for group in self.config.groups:

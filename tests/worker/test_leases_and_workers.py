@@ -34,7 +34,11 @@ def test_one_holder_until_expiry_then_takeover(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         lease = current_lease(conn, LEADER)
     assert lease is not None
-    assert (lease.holder, lease.acquired_at, lease.expires_at) == ("a", T0, T0 + timedelta(seconds=15))
+    assert (lease.holder, lease.acquired_at, lease.expires_at) == (
+        "a",
+        T0,
+        T0 + timedelta(seconds=15),
+    )
     assert not acquire(engine, "b", T0 + timedelta(seconds=14))
     assert acquire(engine, "b", T0 + timedelta(seconds=15))
     assert not acquire(engine, "a", T0 + timedelta(seconds=16))

@@ -1,0 +1,97 @@
+"""Test job types for the worker acceptance tests (`--jobs tests.worker.jobmods.basic`).
+
+Handlers leave evidence in the `effects` table: `run:<job>:<attempt>` rows with the
+wall-clock start/end of each run (all workers run on this host), and `done:<key>` rows
+through `ctx.once`, whose uniqueness proves an effect happened once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from shared.effects import record_effect
+from shared.errors import PermanentError, RetryAfter, Snooze
+from shared.retry import ExponentialBackoff
+from worker import job
+from worker.context import JobContext
+
+FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=0.5))
+
+
+def _mark(ctx: JobContext, detail: dict[str, Any]) -> None:
+    with ctx.engine.begin() as conn:
+        record_effect(conn, f"run:{ctx.job_id}:{ctx.attempt}", job_id=ctx.job_id, detail=detail)
+
+
+@job("t.effect", backoff=FAST)
+def effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    return ctx.once(f"done:{payload.get('key', ctx.job_id)}", lambda: {"job": ctx.job_id})
+
+
+@job("t.sleep", backoff=FAST, timeout=60)
+def sleep(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Sleeps `seconds` (only on attempt 1 when `first_only`), recording start and end."""
+    start = time.time()
+    _mark(ctx, {"start": start, "phase": "started"})
+    if ctx.attempt == 1 or not payload.get("first_only"):
+        time.sleep(float(payload.get("seconds", 0)))
+    with ctx.engine.begin() as conn:
+        record_effect(
+            conn, f"end:{ctx.job_id}:{ctx.attempt}", job_id=ctx.job_id, detail={"end": time.time()}
+        )
+
+
+@job("t.hang", backoff=FAST, timeout=1, max_attempts=2)
+def hang(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Never returns on its own (ignores ctx.cancelled), like a stuck socket read."""
+    _mark(ctx, {"start": time.time()})
+    time.sleep(3600)
+
+
+@job("t.flaky", backoff=FAST, max_attempts=5)
+def flaky(payload: dict[str, Any], ctx: JobContext) -> str:
+    if ctx.attempt <= int(payload.get("fail_times", 1)):
+        raise ConnectionError(f"flaky failure on attempt {ctx.attempt}")
+    return "ok"
+
+
+@job("t.permanent", backoff=FAST)
+def permanent(payload: dict[str, Any], ctx: JobContext) -> None:
+    raise PermanentError("account deleted")
+
+
+@job("t.retry_after", backoff=FAST)
+def retry_after(payload: dict[str, Any], ctx: JobContext) -> None:
+    raise RetryAfter(float(payload.get("seconds", 60)))
+
+
+@job("t.snooze", backoff=FAST)
+def snooze(payload: dict[str, Any], ctx: JobContext) -> None:
+    raise Snooze(float(payload.get("seconds", 60)), "destination paused")
+
+
+@job("t.grouped", backoff=FAST)
+def grouped(payload: dict[str, Any], ctx: JobContext) -> None:
+    start = time.time()
+    time.sleep(random.uniform(0, float(payload.get("max_sleep", 0.02))))
+    _mark(ctx, {"start": start, "end": time.time(), "group": payload["group"]})
+
+
+@job("t.limited", backoff=FAST, rate_limit="20/s")
+def limited(payload: dict[str, Any], ctx: JobContext) -> None:
+    _mark(ctx, {"at": time.time(), "pid": __import__("os").getpid()})
+
+
+@job("t.db_hold", backoff=FAST)
+def db_hold(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Holds a handler-pool connection while it sleeps (pool exhaustion, D4)."""
+    with ctx.engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
+        time.sleep(float(payload.get("seconds", 0.3)))
+        conn.rollback()
+    _mark(ctx, {"at": time.time()})
