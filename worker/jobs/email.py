@@ -30,11 +30,10 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from shared import breakers, ratelimits
 from shared.clock import db_now
 from shared.deliveries import delivery_origin
-from shared.effects import record_effect
-from shared.errors import PermanentError, Snooze
+from shared.effects import find_effect, record_effect
+from shared.errors import PermanentError
 from shared.masking import mask_email
 from shared.retry import ExponentialBackoff
 from worker.context import JobContext
@@ -48,6 +47,7 @@ from worker.jobs.email_provider import (
     parse_smtp_url,
 )
 from worker.jobs.email_templates import RenderedEmail, TemplateError, load_template, render
+from worker.jobs.guards import DbTime, pass_guards, record_health
 from worker.jobs.hooks import NoResolverError, resolve_recipient
 from worker.registry import job
 
@@ -166,43 +166,22 @@ def _context(payload: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     return {**base, **extra}
 
 
-def _guard_provider(ctx: JobContext, cfg: JobsConfig, key: str) -> None:
-    """Snooze (no attempt used) while the provider's rate is spent or its breaker open."""
-    limit = cfg.smtp_rate_limit
-    with ctx.engine.begin() as conn:
-        now = db_now(conn)
-        wait = ratelimits.try_acquire(
-            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=now
-        )
-        if wait > 0:
-            raise Snooze(wait, f"rate limit {limit.key} reached")
-        allowed, wait = breakers.allow_attempt(conn, key, now)
-    if not allowed:
-        raise Snooze(wait, f"circuit breaker {key} is open")
-
-
 def _record_outcome(
     ctx: JobContext,
     cfg: JobsConfig,
     key: str,
+    clock: DbTime,
     *,
+    healthy: bool,
     error: str | None = None,
     effect: tuple[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Breaker bookkeeping and (after a 250) the effect record, in one transaction."""
+    """Breaker health and (after a 250) the effect record, in one transaction."""
+    if error is None and healthy and effect is None:
+        return
+    now = clock()
     with ctx.engine.begin() as conn:
-        now = db_now(conn)
-        if error is None:
-            breakers.record_success(conn, key, now)
-        else:
-            breakers.record_failure(
-                conn,
-                key,
-                now,
-                error,
-                threshold=cfg.breaker_threshold,
-                cooldown=timedelta(seconds=cfg.breaker_cooldown_seconds),
-            )
+        record_health(conn, key, now, cfg, error=error, was_healthy=healthy)
         if effect is not None:
             record_effect(conn, effect[0], job_id=ctx.job_id, detail=effect[1])
 
@@ -215,12 +194,13 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     assert template_name is not None
     event_id = _text_field(payload, "event_id", required=False)
     address, identity, base_context = _recipient(payload)
-    origin = 0
-    if not ctx.idempotency_key and event_id is None:
-        with ctx.engine.connect() as conn:
+    with ctx.engine.connect() as conn:
+        origin = 0
+        if not ctx.idempotency_key and event_id is None:
             origin = delivery_origin(conn, ctx.job_id).job_id
-    key = dedup_key(ctx, identity, template_name, event_id, origin)
-    done = ctx.effect_done(key)
+        key = dedup_key(ctx, identity, template_name, event_id, origin)
+        done = find_effect(conn, key)
+        clock = DbTime(db_now(conn))
     if done is not None:
         ctx.log.info("email %s already sent; skipped", key, extra={"action": "email_skip"})
         return {**done, "skipped": "already sent"}
@@ -243,15 +223,18 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         provider = _provider(cfg)
     except MailConfigError as exc:
         raise RuntimeError(str(exc)) from None
-    _guard_provider(ctx, cfg, provider.key)
+    with ctx.engine.begin() as conn:
+        healthy = pass_guards(
+            conn, breaker_key=provider.key, limit=cfg.smtp_rate_limit, now=clock()
+        )
     try:
         result = provider.send(message, sender=sender, recipients=[address])
     except TransientMailError as exc:
-        _record_outcome(ctx, cfg, provider.key, error=str(exc))
+        _record_outcome(ctx, cfg, provider.key, clock, healthy=healthy, error=str(exc))
         raise
     except PermanentMailError as exc:
         # The server answered: it is healthy, the mail is what it refused.
-        _record_outcome(ctx, cfg, provider.key)
+        _record_outcome(ctx, cfg, provider.key, clock, healthy=healthy)
         raise PermanentError(str(exc)) from None
     detail = {
         "dedup_key": key,
@@ -265,6 +248,6 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         "smtp_reply": result.reply,
         "provider_message_id": result.provider_message_id,
     }
-    _record_outcome(ctx, cfg, provider.key, effect=(key, detail))
+    _record_outcome(ctx, cfg, provider.key, clock, healthy=healthy, effect=(key, detail))
     ctx.log.info("email %s sent", msg_id, extra={"action": "email_sent", "message_id": msg_id})
     return detail

@@ -32,11 +32,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from shared import breakers, ratelimits
 from shared.clock import db_now
 from shared.deliveries import delivery_origin, excerpt, record_delivery
 from shared.effects import find_effect, record_effect
@@ -47,6 +47,7 @@ from shared.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
 from shared.webhook_signing import signed_headers
 from worker.context import JobContext
 from worker.jobs.config import JobsConfig, jobs_config
+from worker.jobs.guards import DbTime, pass_guards, record_health
 from worker.jobs.hooks import resolve_data
 from worker.jobs.webhook_http import HttpResult, post
 from worker.registry import job
@@ -108,75 +109,74 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
-def _snooze_if_held(ctx: JobContext, cfg: JobsConfig, endpoint: Endpoint, now: datetime) -> None:
+@dataclass
+class Delivery:
+    """One attempt's state, passed between the steps of the handler."""
+
+    ctx: JobContext
+    cfg: JobsConfig
+    endpoint: Endpoint
+    key: str
+    msg_id: str
+    clock: DbTime
+    healthy: bool = True
+
+    @property
+    def breaker_key(self) -> str:
+        return f"webhook:{self.endpoint.name}"
+
+    def log(
+        self,
+        outcome: str,
+        result: HttpResult | None = None,
+        *,
+        error: str | None = None,
+        failure: str | None = None,
+        disable_reason: str | None = None,
+        effect: dict[str, Any] | None = None,
+    ) -> None:
+        """Delivery row, breaker health, a 410 disable and the effect record, in one
+        transaction (a crash before its commit loses all of them together)."""
+        now = self.clock()
+        with self.ctx.engine.begin() as conn:
+            record_delivery(
+                conn,
+                job_id=self.ctx.job_id,
+                attempt=self.ctx.attempt,
+                endpoint=self.endpoint.name,
+                webhook_id=self.msg_id,
+                url=self.endpoint.url,
+                outcome=outcome,
+                now=now,
+                status_code=result.status_code if result else None,
+                latency_ms=round(result.latency_ms, 2) if result else None,
+                response_excerpt=_response_excerpt(result),
+                error=error or (result.error if result else None),
+            )
+            record_health(
+                conn, self.breaker_key, now, self.cfg, error=failure, was_healthy=self.healthy
+            )
+            if disable_reason is not None:
+                disable_endpoint(conn, self.endpoint.name, reason=disable_reason, now=now)
+            if effect is not None:
+                record_effect(conn, self.key, job_id=self.ctx.job_id, detail=effect)
+
+
+def _hold_or_pass(delivery: Delivery) -> None:
+    """Snooze while the endpoint is paused, rate limited or its breaker is open."""
+    endpoint, now = delivery.endpoint, delivery.clock()
     if endpoint.is_paused(now):
-        wait = cfg.paused_recheck_seconds
+        wait = delivery.cfg.paused_recheck_seconds
         if endpoint.paused_until is not None:
             wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
         raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
-    key = f"webhook:{endpoint.name}"
-    limit = cfg.webhook_rate_limit(endpoint.name)
-    # One transaction for both checks: every delivery pays it, so it is kept short.
-    with ctx.engine.begin() as conn:
-        now = db_now(conn)
-        wait = ratelimits.try_acquire(
-            conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=now
-        )
-        if wait > 0:
-            raise Snooze(wait, f"rate limit {limit.key} reached")
-        allowed, wait = breakers.allow_attempt(conn, key, now)
-    if not allowed:
-        raise Snooze(wait, f"circuit breaker {key} is open")
-
-
-def _log(
-    ctx: JobContext,
-    endpoint: Endpoint,
-    msg_id: str,
-    outcome: str,
-    result: HttpResult | None = None,
-    *,
-    error: str | None = None,
-    breaker_error: str | None = None,
-    breaker_success: bool = False,
-    disable_reason: str | None = None,
-    effect: tuple[str, dict[str, Any]] | None = None,
-    cfg: JobsConfig,
-) -> None:
-    """Delivery row, breaker bookkeeping, a 410 disable and the effect record, in one
-    transaction (a crash before its commit loses all of them together)."""
-    with ctx.engine.begin() as conn:
-        now = db_now(conn)
-        record_delivery(
+    with delivery.ctx.engine.begin() as conn:
+        delivery.healthy = pass_guards(
             conn,
-            job_id=ctx.job_id,
-            attempt=ctx.attempt,
-            endpoint=endpoint.name,
-            webhook_id=msg_id,
-            url=endpoint.url,
-            outcome=outcome,
+            breaker_key=delivery.breaker_key,
+            limit=delivery.cfg.webhook_rate_limit(endpoint.name),
             now=now,
-            status_code=result.status_code if result else None,
-            latency_ms=round(result.latency_ms, 2) if result else None,
-            response_excerpt=_response_excerpt(result),
-            error=error or (result.error if result else None),
         )
-        key = f"webhook:{endpoint.name}"
-        if breaker_error is not None:
-            breakers.record_failure(
-                conn,
-                key,
-                now,
-                breaker_error,
-                threshold=cfg.breaker_threshold,
-                cooldown=timedelta(seconds=cfg.breaker_cooldown_seconds),
-            )
-        elif breaker_success:
-            breakers.record_success(conn, key, now)
-        if disable_reason is not None:
-            disable_endpoint(conn, endpoint.name, reason=disable_reason, now=now)
-        if effect is not None:
-            record_effect(conn, effect[0], job_id=ctx.job_id, detail=effect[1])
 
 
 def _response_excerpt(result: HttpResult | None) -> str | None:
@@ -192,14 +192,15 @@ def _header(result: HttpResult, name: str) -> str | None:
     return result.headers.get(name) if result.headers is not None else None
 
 
-def _vet(ctx: JobContext, cfg: JobsConfig, endpoint: Endpoint, msg_id: str) -> VettedTarget:
+def _vet(delivery: Delivery) -> VettedTarget:
+    endpoint = delivery.endpoint
     try:
-        return check_url(endpoint.url, allow_private=cfg.allow_private_webhook_targets)
+        return check_url(endpoint.url, allow_private=delivery.cfg.allow_private_webhook_targets)
     except UnsafeURLError as exc:
-        _log(ctx, endpoint, msg_id, "blocked", error=f"unsafe URL: {exc}", cfg=cfg)
+        delivery.log("blocked", error=f"unsafe URL: {exc}")
         raise PermanentError(f"endpoint {endpoint.name}: unsafe URL: {exc}") from None
     except ResolutionError as exc:
-        _log(ctx, endpoint, msg_id, "dns_error", error=str(exc), breaker_error=str(exc), cfg=cfg)
+        delivery.log("dns_error", error=str(exc), failure=str(exc))
         raise WebhookDeliveryError(f"endpoint {endpoint.name}: {exc}") from None
 
 
@@ -212,15 +213,15 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     with ctx.engine.connect() as conn:
         endpoint = get_endpoint(conn, name)
         origin = delivery_origin(conn, ctx.job_id)
-        now = db_now(conn)
+        clock = DbTime(db_now(conn))
         key = effect_key(ctx, name, event, origin.job_id)
         done = find_effect(conn, key)
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")
-    msg_id = webhook_id(key)
     if done is not None:
         return {**done, "skipped": "already delivered"}
-    _snooze_if_held(ctx, cfg, endpoint, now)
+    delivery = Delivery(ctx, cfg, endpoint, key, webhook_id(key), clock)
+    _hold_or_pass(delivery)
 
     document = {"type": event, "timestamp": origin.created_at.isoformat(), "data": None}
     document["data"] = _data(payload, event)
@@ -228,29 +229,24 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"webhook data is not JSON: {exc}") from None
-    target = _vet(ctx, cfg, endpoint, msg_id)
-    headers = signed_headers(endpoint.signing_secrets(now), msg_id, body.encode())
+    target = _vet(delivery)
+    encoded = body.encode()
+    headers = signed_headers(endpoint.signing_secrets(clock()), delivery.msg_id, encoded)
     result = post(
         target,
         headers.as_dict(),
-        body.encode(),
+        encoded,
         connect_timeout=cfg.webhook_connect_timeout_seconds,
         timeout=cfg.webhook_timeout_seconds,
     )
-    return _conclude(ctx, cfg, endpoint, key, msg_id, result)
+    return _conclude(delivery, result)
 
 
-def _conclude(
-    ctx: JobContext,
-    cfg: JobsConfig,
-    endpoint: Endpoint,
-    key: str,
-    msg_id: str,
-    result: HttpResult,
-) -> dict[str, Any]:
+def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
+    endpoint, cfg = delivery.endpoint, delivery.cfg
     where = f"endpoint {endpoint.name}"
     if result.kind != "response":
-        _log(ctx, endpoint, msg_id, result.kind, result, breaker_error=result.error, cfg=cfg)
+        delivery.log(result.kind, result, failure=result.error or result.kind)
         if result.kind == "unknown":
             raise WebhookDeliveryError(
                 f"{where}: outcome unknown (connection lost after sending): {result.error}"
@@ -260,55 +256,26 @@ def _conclude(
     line = f"{where} answered HTTP {status}"
     if 200 <= status < 300:
         detail = {
-            "webhook_id": msg_id,
+            "webhook_id": delivery.msg_id,
             "endpoint": endpoint.name,
             "status_code": status,
             "latency_ms": round(result.latency_ms, 2),
         }
-        _log(
-            ctx,
-            endpoint,
-            msg_id,
-            "delivered",
-            result,
-            breaker_success=True,
-            effect=(key, detail),
-            cfg=cfg,
-        )
+        delivery.log("delivered", result, effect=detail)
         return detail
     if status == 410:
-        reason = f"410 Gone from {endpoint.url}"
-        _log(
-            ctx,
-            endpoint,
-            msg_id,
-            "gone",
-            result,
-            breaker_success=True,
-            disable_reason=reason,
-            cfg=cfg,
-        )
+        delivery.log("gone", result, disable_reason=f"410 Gone from {endpoint.url}")
         raise PermanentError(f"{line}: endpoint disabled (410 Gone)")
     if status in RETRYABLE_STATUS or status >= 500:
-        failure = f"{line}" if status >= 500 else None
-        _log(
-            ctx,
-            endpoint,
-            msg_id,
-            "retry",
-            result,
-            breaker_error=failure,
-            breaker_success=failure is None,
-            cfg=cfg,
-        )
+        # 408/425/429 say "not now", not "broken": only 5xx count against the breaker.
+        delivery.log("retry", result, failure=line if status >= 500 else None)
         wait = parse_retry_after(_header(result, "retry-after"), datetime.now(UTC))
         if wait is not None and math.isfinite(wait):
             capped = min(wait, cfg.webhook_retry_after_cap_seconds)
             raise RetryAfter(capped, f"{line}; Retry-After {wait:g}s (using {capped:g}s)")
         raise WebhookDeliveryError(line)
+    delivery.log("rejected", result)
     if 300 <= status < 400:
         location = _header(result, "location") or ""
-        _log(ctx, endpoint, msg_id, "rejected", result, breaker_success=True, cfg=cfg)
         raise PermanentError(f"{line}: redirect to {location!r} not followed")
-    _log(ctx, endpoint, msg_id, "rejected", result, breaker_success=True, cfg=cfg)
     raise PermanentError(f"{line}: {_response_excerpt(result) or 'no body'}")
