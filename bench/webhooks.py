@@ -191,11 +191,11 @@ def main() -> None:
             if args.only and kind != args.only:
                 continue
             rate = end_to_end(kind, args.jobs, args.concurrency, receiver)
-            print(f"{kind:<10} end to end  : {rate:8.0f} deliveries/s "
-                  f"({args.jobs} jobs, jobdesk worker --concurrency {args.concurrency})")  # fmt: skip
+            setup = f"{args.jobs} jobs, jobdesk worker --concurrency {args.concurrency}"
+            print(f"{kind:<10} end to end  : {rate:8.0f} deliveries/s ({setup})")
         ceiling = http_ceiling(args.jobs, args.concurrency, receiver)
-        print(f"{'no queue':<10} HTTP only   : {ceiling:8.0f} signed POSTs/s "
-              f"({args.concurrency} threads)")  # fmt: skip
+        threads = f"{args.concurrency} threads"
+        print(f"{'no queue':<10} HTTP only   : {ceiling:8.0f} signed POSTs/s ({threads})")
         print(f"receiver: {receiver.count} requests, {receiver.bad} with a bad signature")
     finally:
         receiver.stop()
