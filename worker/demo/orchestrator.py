@@ -311,6 +311,11 @@ class Demo:
 
     def _start_and_wait(self) -> None:
         options = self.options
+        if not port_is_free(options.port):
+            raise DemoError(
+                f"cannot serve the dashboard on 127.0.0.1:{options.port}: the port is in use; "
+                "pass another --port"
+            )
         console_port = options.port + 1
         if not port_is_free(console_port):
             console_port = free_port()

@@ -179,13 +179,13 @@ class Crm:
     def stop(self) -> None:
         self._stopping.set()
 
-    def hold_while_down(self) -> bool:
-        """Called for a request that arrived while down: wait (the caller times out),
-        then say whether the CRM is still down."""
+    def hold_while_down(self) -> None:
+        """Called for a request that arrived while down: wait (the caller times out).
+        It is turned away even if the CRM comes back meanwhile — a down service does
+        not apply what reached it while down."""
         self._stopping.wait(self.hold_seconds)
         with self._lock:
             self.turned_away += 1
-        return not self.up
 
     def receive(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
         """Verify and apply one delivery (each webhook-id once)."""
@@ -383,7 +383,8 @@ def _handler_class(console: DemoConsole) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": "not found"})
 
         def _webhook(self, body: bytes) -> None:
-            if not console.crm.up and console.crm.hold_while_down():
+            if not console.crm.up:
+                console.crm.hold_while_down()
                 # The worker gave up waiting long ago (that was the point): it may be gone.
                 with contextlib.suppress(OSError):
                     self._json(503, {"error": "CRM unavailable"})
