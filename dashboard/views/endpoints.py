@@ -88,7 +88,10 @@ def pause(name: str) -> Any:
                 until=now + duration if duration else None,
                 now=now,
             )
-    except (ValidationError, NotFoundError) as exc:
+    except ValidationError as exc:
+        note(f"Endpoint not paused: the {exc.field} {exc.message}", "error")
+        return back(_fallback())
+    except NotFoundError as exc:
         note(f"Endpoint not paused: {exc}", "error")
         return back(_fallback())
     note(f"Paused endpoint {name}; its deliveries wait without using attempts.", "success")

@@ -50,8 +50,15 @@ def test_retry_creates_a_new_job_and_marks_the_dead_one(engine: sa.Engine) -> No
     assert before.resolution_reason == "CRM is back"
     assert before.resolved_at == NOW
     assert (after.status, after.retried_from_id, after.attempts) == ("queued", old, 0)
-    for name in ("job_type", "queue", "payload", "priority", "max_attempts", "group_key",
-                 "idempotency_key"):  # fmt: skip
+    for name in (
+        "job_type",
+        "queue",
+        "payload",
+        "priority",
+        "max_attempts",
+        "group_key",
+        "idempotency_key",
+    ):
         assert getattr(after, name) == getattr(before, name)
     assert after.next_run_at == NOW
     assert [(e.action, e.actor, e.new_job_id) for e in entries] == [("retry", "ana", new)]
@@ -63,8 +70,9 @@ def test_second_operator_gets_a_conflict(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         triage.retry_dead(conn, old, actor="ana", now=NOW)
     with engine.begin() as conn, pytest.raises(ConflictError, match="already requeued by ana"):
-        triage.fix_and_retry(conn, old, {"endpoint": "crm", "event": "x", "data": {}},
-                             actor="bob", now=NOW)  # fmt: skip
+        triage.fix_and_retry(
+            conn, old, {"endpoint": "crm", "event": "x", "data": {}}, actor="bob", now=NOW
+        )
     with engine.begin() as conn, pytest.raises(ConflictError):
         triage.ignore_dead(conn, old, actor="bob", reason="dup", now=NOW)
     with engine.connect() as conn:
@@ -92,8 +100,13 @@ def test_unknown_type_is_refused_with_a_clear_message(engine: sa.Engine) -> None
 def test_fix_validates_restores_masked_secrets_and_audits_a_masked_diff(
     engine: sa.Engine,
 ) -> None:
-    payload = {"endpoint": "crm", "event": "user.created", "data": {"id": 1},
-               "token": "s3cr3t-value", "to": "x"}  # fmt: skip
+    payload = {
+        "endpoint": "crm",
+        "event": "user.created",
+        "data": {"id": 1},
+        "token": "s3cr3t-value",
+        "to": "x",
+    }
     with engine.begin() as conn:
         old = dead(conn, payload=payload)
     bad = {"endpoint": "CRM!", "data": {"id": 1}}
@@ -102,8 +115,13 @@ def test_fix_validates_restores_masked_secrets_and_audits_a_masked_diff(
     assert {e.field for e in caught.value.errors} == {"payload.endpoint", "payload.event"}
     with engine.begin() as conn, pytest.raises(ValidationError, match="NaN"):
         triage.fix_and_retry(conn, old, {**payload, "n": float("nan")}, actor="ana", now=NOW)
-    edited = {"endpoint": "crm-v2", "event": "user.created", "data": {"id": 1},
-              "token": "***", "to": "x"}  # fmt: skip
+    edited = {
+        "endpoint": "crm-v2",
+        "event": "user.created",
+        "data": {"id": 1},
+        "token": "***",
+        "to": "x",
+    }
     with engine.begin() as conn:
         new = triage.fix_and_retry(conn, old, edited, actor="ana", reason="moved", now=NOW)
     with engine.connect() as conn:
@@ -115,9 +133,12 @@ def test_fix_validates_restores_masked_secrets_and_audits_a_masked_diff(
     assert fixed.payload["endpoint"] == "crm-v2"
     assert entry.action == "fix_retry"
     assert entry.details == {
-        "diff": {"changed": {"endpoint": {"before": "crm", "after": "crm-v2"}},
-                 "added": {}, "removed": {}}
-    }  # fmt: skip
+        "diff": {
+            "changed": {"endpoint": {"before": "crm", "after": "crm-v2"}},
+            "added": {},
+            "removed": {},
+        }
+    }
     assert "s3cr3t" not in str(entry.details)
 
 
@@ -129,9 +150,12 @@ def test_secret_change_is_diffed_masked(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         entry = entries_for_job(conn, old)[0]
     assert entry.details == {
-        "diff": {"changed": {"password": {"before": "***", "after": "***"}},
-                 "added": {}, "removed": {}}
-    }  # fmt: skip
+        "diff": {
+            "changed": {"password": {"before": "***", "after": "***"}},
+            "added": {},
+            "removed": {},
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -152,14 +176,19 @@ def test_ignore_keeps_the_job_findable(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         row = job_row(conn, old)
     assert (row.status, row.resolution, row.resolution_reason) == (
-        "dead", "ignored", "<script>x</script> test data"
-    )  # fmt: skip
+        "dead",
+        "ignored",
+        "<script>x</script> test data",
+    )
 
 
 def test_bulk_retry_previews_caps_and_is_idempotent(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.insert(webhook_endpoints).values(name="crm", url="https://x", secret="s",
-                                                         paused=True))  # fmt: skip
+        conn.execute(
+            sa.insert(webhook_endpoints).values(
+                name="crm", url="https://x", secret="s", paused=True
+            )
+        )
         ids = [dead(conn) for _ in range(7)]
         ids.append(dead(conn, payload={"endpoint": "billing", "event": "e", "data": {}}))
         ids.append(dead(conn, job_type="legacy.sync"))
@@ -180,8 +209,10 @@ def test_bulk_retry_previews_caps_and_is_idempotent(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         rest = triage.preview_bulk(conn, triage.Selection(filters=filters), now=NOW)
     assert (rest.matching, rest.unknown_types, rest.types) == (
-        4, {"legacy.sync": 1}, {"webhook.deliver": 3, "legacy.sync": 1}
-    )  # fmt: skip
+        4,
+        {"legacy.sync": 1},
+        {"webhook.deliver": 3, "legacy.sync": 1},
+    )
     with engine.begin() as conn:
         picked = triage.bulk_retry(
             conn, triage.Selection(ids=(ids[0], ids[5], ids[8])), actor="bob", now=NOW

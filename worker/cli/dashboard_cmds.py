@@ -6,6 +6,8 @@ from __future__ import annotations
 import getpass
 import ipaddress
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +16,16 @@ import click
 from worker.cli.app import cli, echo_json, engine_from, read_secret, user_errors
 
 ROLE_CHOICE = click.Choice(["viewer", "operator", "admin"])
+
+
+@contextmanager
+def _engine(ctx: click.Context, **kwargs: Any) -> Iterator[Any]:
+    """An engine for one command, disposed afterwards (no pooled connection left open)."""
+    engine = engine_from(ctx, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _is_loopback(host: str) -> bool:
@@ -118,8 +130,7 @@ def users_add(ctx: click.Context, name: str, role: str) -> None:
 
     check_username(name)
     password = check_password(read_secret(f"Password for {name}"))
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         account = add_operator(conn, name, password, role, now=db_now(conn), actor=_default_actor())
     click.echo(f"added {account.username} ({account.role})")
 
@@ -132,8 +143,7 @@ def users_list(ctx: click.Context, as_json: bool) -> None:
     """List accounts with their role and last login."""
     from shared.operators import list_operators
 
-    engine = engine_from(ctx, sqlite_begin="DEFERRED")
-    with engine.connect() as conn:
+    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         accounts = list_operators(conn)
     if as_json:
         echo_json(
@@ -162,8 +172,7 @@ def _set_disabled(ctx: click.Context, name: str, disabled: bool) -> None:
     from shared.clock import db_now
     from shared.operators import set_disabled
 
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         set_disabled(conn, name, disabled, now=db_now(conn), actor=_default_actor())
     click.echo(f"{'disabled' if disabled else 'enabled'} {name}")
 
@@ -196,8 +205,7 @@ def users_passwd(ctx: click.Context, name: str) -> None:
     from shared.operators import check_password, set_password
 
     password = check_password(read_secret(f"New password for {name}"))
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         set_password(conn, name, password, now=db_now(conn), actor=_default_actor())
     click.echo(f"password changed for {name}")
 
@@ -261,8 +269,7 @@ def dead_list(
     from shared.queries import list_jobs
 
     filters = replace(_filters(**options).dead_unresolved(), page_size=100)
-    engine = engine_from(ctx, sqlite_begin="DEFERRED")
-    with engine.connect() as conn:
+    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         now = db_now(conn)
         if groups:
             found = dead_groups(conn, filters, now=now, limit=limit)
@@ -309,8 +316,7 @@ def _run_bulk(
     from shared.clock import db_now
     from shared.triage import Selection, bulk_ignore, bulk_retry, preview_bulk
 
-    engine = engine_from(ctx)
-    with engine.connect() as conn:
+    with _engine(ctx) as engine, engine.connect() as conn:
         impact = preview_bulk(conn, selection, now=db_now(conn))
         conn.rollback()
     if impact.selected == 0:
@@ -328,7 +334,7 @@ def _run_bulk(
         raise click.ClickException("cancelled; nothing changed")
     if selection.filters is not None and impact.id_range is not None:
         selection = Selection(filters=selection.filters, id_range=impact.id_range)
-    with engine.begin() as conn:
+    with _engine(ctx) as engine, engine.begin() as conn:
         run = bulk_retry if action == "retry" else bulk_ignore
         result = run(conn, selection, actor=actor, reason=reason, now=db_now(conn))
     verb = "requeued" if action == "retry" else "ignored"
@@ -363,8 +369,7 @@ def dead_retry(
 
     selection = _selection(ids, all_matching, options)
     if len(selection.ids) == 1:
-        engine = engine_from(ctx)
-        with engine.begin() as conn:
+        with _engine(ctx) as engine, engine.begin() as conn:
             new_id = retry_dead(conn, ids[0], actor=actor, reason=reason, now=db_now(conn))
         click.echo(f"requeued #{ids[0]} as #{new_id}")
         return
@@ -397,8 +402,7 @@ def dead_ignore(
     check_reason(reason, required=True)
     selection = _selection(ids, all_matching, options)
     if len(selection.ids) == 1:
-        engine = engine_from(ctx)
-        with engine.begin() as conn:
+        with _engine(ctx) as engine, engine.begin() as conn:
             ignore_dead(conn, ids[0], actor=actor, reason=reason, now=db_now(conn))
         click.echo(f"ignored #{ids[0]}")
         return
