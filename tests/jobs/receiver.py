@@ -41,6 +41,7 @@ class Seen:
     signature: str
     verified: bool
     body: bytes
+    host: str = ""
 
 
 class Receiver:
@@ -100,7 +101,7 @@ class Receiver:
         headers = {k.lower(): v for k, v in request.headers.items()}
         msg_id = headers.get("webhook-id", "")
         verified = self._verify(headers, body)
-        path = request.path
+        path = request.path.split("?", 1)[0]
         with self.lock:
             self.seen.append(
                 Seen(
@@ -110,6 +111,7 @@ class Receiver:
                     headers.get("webhook-signature", ""),
                     verified,
                     body,
+                    headers.get("host", ""),
                 )
             )
             self.deliveries[msg_id] += 1
@@ -147,7 +149,7 @@ class Receiver:
             "/400": (400, b'{"error": "field user_id missing", "token=abc123secret": 1}', {}),
             "/big": (200, BIG_BODY, {}),
         }
-        status, payload, extra = answers.get(request.path, (404, b"no such path", {}))
+        status, payload, extra = answers.get(path, (404, b"no such path", {}))
         self._reply(request, status, payload, extra)
 
     @staticmethod

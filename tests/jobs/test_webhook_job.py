@@ -87,6 +87,19 @@ def test_2xx_is_delivered_signed_and_logged(engine: sa.Engine, receiver: Receive
     assert receiver.applied[seen.webhook_id] == 1
 
 
+def test_request_goes_to_the_vetted_address_with_the_original_host_header(
+    engine: sa.Engine, receiver: Receiver
+) -> None:
+    receiver.secrets.append(
+        add_test_endpoint(engine, "crm", f"http://localhost:{receiver.port}/ok?src=jobdesk")
+    )
+    add(engine)
+    assert drain(engine).succeeded == 1
+    [seen] = receiver.seen
+    assert seen.host == f"localhost:{receiver.port}"
+    assert seen.verified
+
+
 def test_data_ref_is_resolved_at_delivery_time(engine: sa.Engine, receiver: Receiver) -> None:
     endpoint_at(engine, receiver, "/ok")
     ref = {"endpoint": "crm", "event": "user.created", "data_ref": {"user_id": 42}}
