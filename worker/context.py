@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from shared.effects import find_effect, record_effect
 from shared.models import jobs
+from worker import failpoints
 
 T = TypeVar("T")
 
@@ -76,6 +77,7 @@ class JobContext:
 
     def record_effect(self, key: str, detail: dict[str, Any] | None = None) -> bool:
         """Record the effect under `key` as done (committed at once)."""
+        failpoints.hit(failpoints.BEFORE_RECORD)
         with self.engine.begin() as conn:
             return record_effect(conn, key, job_id=self.job_id, detail=detail)
 

@@ -27,6 +27,7 @@ from shared.db import SerializedJSON, dump_json
 from shared.errors import PermanentError, RetryAfter, Snooze
 from shared.queue import ClaimedJob
 from shared.ratelimits import try_acquire
+from worker import failpoints
 from worker.context import JobContext
 from worker.registry import JobType
 
@@ -109,6 +110,7 @@ def execute(
                     duration=time.monotonic() - start,
                 )
         result = job_type.handler(job.payload, ctx)
+        failpoints.hit(failpoints.AFTER_EFFECT)
         try:
             stored = _json_result(result)
         except (TypeError, ValueError) as exc:

@@ -1,0 +1,188 @@
+"""The verdict: classify every enqueued job and every planned fault after a chaos run.
+
+Per job (by the id its committed enqueue returned), OK classes:
+
+- succeeded once: final `succeeded`, its effect applied exactly once, delivered once;
+- succeeded after a caught duplicate: applied once but delivered again (same
+  `webhook-id` / `Message-ID` / ledger key) and recognised as a repeat;
+- dead as planted: a job built to die ended `dead` without its effect.
+
+Failing classes: lost (the enqueue committed, the row is gone), stuck running,
+unfinished (still queued/failed after the drain), effect applied twice (two effect rows,
+or two distinct ids applied for one event), effect missing, dead unplanned, planted but
+succeeded, completed twice (two `succeeded` attempt rows), attempts over max, attempt
+history inconsistent (two rows for one attempt number).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from shared.models import job_attempts, jobs
+from shared.states import JobStatus
+from tests.chaos.jobmods import chaos_effects, chaos_once
+from tests.chaos.receivers import SmtpSink, WebhookReceiver
+
+OK_CLASSES = ("succeeded once", "succeeded after a caught duplicate", "dead as planted")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One job the driver enqueued (and saw committed)."""
+
+    key: str
+    job_id: int
+    job_type: str
+    dies: bool
+
+
+@dataclass
+class Verdict:
+    classes: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    examples: defaultdict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    lost_attempts: int = 0
+    attempts_total: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def bad(self, job_class: str, detail: str) -> None:
+        self.classes[job_class] += 1
+        if len(self.examples[job_class]) < 5:
+            self.examples[job_class].append(detail)
+
+
+def _rows(
+    engine: sa.Engine,
+) -> tuple[dict[int, Any], dict[int, Counter[str]], set[tuple[int, int]]]:
+    with engine.connect() as conn:
+        job_rows = {
+            row.id: row
+            for row in conn.execute(
+                sa.select(
+                    jobs.c.id,
+                    jobs.c.status,
+                    jobs.c.attempts,
+                    jobs.c.max_attempts,
+                    jobs.c.result,
+                    jobs.c.last_error,
+                )
+            )
+        }
+        outcomes: dict[int, Counter[str]] = defaultdict(Counter)
+        seen: set[tuple[int, int]] = set()
+        duplicates: set[tuple[int, int]] = set()
+        for job_id, attempt, outcome in conn.execute(
+            sa.select(job_attempts.c.job_id, job_attempts.c.attempt, job_attempts.c.outcome)
+        ):
+            outcomes[job_id][outcome] += 1
+            if (job_id, attempt) in seen:
+                duplicates.add((job_id, attempt))
+            seen.add((job_id, attempt))
+    return job_rows, outcomes, duplicates
+
+
+def _effects(engine: sa.Engine) -> tuple[Counter[str], dict[str, int]]:
+    with engine.connect() as conn:
+        query = sa.select(chaos_effects.c.key, sa.func.count()).group_by(chaos_effects.c.key)
+        applied: Counter[str] = Counter(dict(conn.execute(query).all()))
+        once = dict(conn.execute(sa.select(chaos_once.c.key, chaos_once.c.deliveries)).all())
+    return applied, once
+
+
+def check(
+    engine: sa.Engine,
+    planned: list[Planned],
+    receiver: WebhookReceiver,
+    sink: SmtpSink,
+) -> Verdict:
+    verdict = Verdict()
+    job_rows, outcomes, duplicate_attempts = _rows(engine)
+    effect_rows, once_rows = _effects(engine)
+    smtp = sink.handler
+    for item in planned:
+        row = job_rows.get(item.job_id)
+        where = f"job {item.job_id} ({item.job_type}, key {item.key})"
+        if row is None:
+            verdict.bad("lost", where)
+            continue
+        verdict.attempts_total += row.attempts
+        verdict.lost_attempts += outcomes[item.job_id]["lost"]
+        applied, deliveries, skipped = _effect_of(item, effect_rows, once_rows, receiver, smtp)
+        result = row.result if isinstance(row.result, dict) else {}
+        skipped = skipped or "skipped" in result
+        status = JobStatus(row.status)
+        if applied > 1:
+            verdict.bad("effect applied twice", f"{where}: applied {applied} times")
+        elif row.attempts > row.max_attempts:
+            verdict.bad("attempts over max", f"{where}: {row.attempts}/{row.max_attempts}")
+        elif status is JobStatus.RUNNING:
+            verdict.bad("stuck running", where)
+        elif status in (JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED):
+            verdict.bad("unfinished", f"{where}: {status} ({(row.last_error or '')[:120]})")
+        elif status is JobStatus.DEAD:
+            if item.dies and applied == 0:
+                verdict.classes["dead as planted"] += 1
+            elif item.dies:
+                verdict.bad("effect applied twice", f"{where}: planted dead job applied")
+            else:
+                error = (row.last_error or "").splitlines()[:1]
+                verdict.bad("dead unplanned", f"{where}: {error}")
+        elif item.dies:
+            verdict.bad("planted but succeeded", where)
+        elif outcomes[item.job_id]["succeeded"] != 1:
+            verdict.bad(
+                "completed twice", f"{where}: {outcomes[item.job_id]['succeeded']} success rows"
+            )
+        elif applied == 0:
+            verdict.bad("effect missing", where)
+        elif deliveries > 1 or skipped:
+            verdict.classes["succeeded after a caught duplicate"] += 1
+        else:
+            verdict.classes["succeeded once"] += 1
+    for job_id, attempt in sorted(duplicate_attempts)[:5]:
+        verdict.bad("attempt history inconsistent", f"job {job_id}: two rows for attempt {attempt}")
+    doubled = [key for key, n in effect_rows.items() if n > 1]
+    if doubled and not verdict.classes["effect applied twice"]:
+        verdict.bad("effect applied twice", f"effect rows doubled for keys {doubled[:5]}")
+    if receiver.bad_signatures:
+        verdict.failures.append(f"{receiver.bad_signatures} webhook(s) with a bad signature")
+    for job_class, count in verdict.classes.items():
+        if job_class not in OK_CLASSES and count:
+            verdict.failures.append(
+                f"{count} job(s) {job_class}: " + "; ".join(verdict.examples[job_class])
+            )
+    return verdict
+
+
+def _effect_of(
+    item: Planned,
+    effect_rows: Counter[str],
+    once_rows: dict[str, int],
+    receiver: WebhookReceiver,
+    smtp: Any,
+) -> tuple[int, int, bool]:
+    """(times applied, times delivered, known duplicate) for the job's logical effect."""
+    key = item.key
+    if item.job_type == "chaos.effect":
+        return effect_rows[key], effect_rows[key], False
+    if item.job_type == "chaos.once":
+        delivered = once_rows.get(key, 0)
+        return min(delivered, 1), delivered, False
+    if item.job_type == "email.send":
+        with smtp.lock:
+            ids = set(smtp.by_key.get(key, set()))
+            delivered = sum(smtp.accepted[i] for i in ids)
+        return len(ids), delivered, False
+    if item.job_type == "webhook.deliver":
+        with receiver.lock:
+            ids = set(receiver.keys_applied.get(key, set()))
+            delivered = len(ids) + sum(receiver.repeats[i] for i in ids)
+        return len(ids), delivered, False
+    raise ValueError(f"no effect model for {item.job_type}")

@@ -1,0 +1,193 @@
+"""A private PostgreSQL instance the chaos run may restart, pause and abuse.
+
+Other work shares the machine's cluster on port 5432; it is never touched. This module
+`initdb`s a throw-away data directory, starts a postmaster on a free port with its own
+socket directory, and offers the faults: fast restart, immediate stop + start, SIGSTOP
+of the postmaster and every backend (a frozen database host), `pg_terminate_backend`.
+`teardown()` stops it and deletes the directory; it is registered with `atexit` so a
+crashed driver does not leave a postmaster behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+BIN_DIRS = (
+    "/usr/lib/postgresql/15/bin",
+    "/usr/lib/postgresql/16/bin",
+    "/usr/lib/postgresql/17/bin",
+)
+DATABASE = "chaos"
+#: The driver's own sessions carry this name so terminating "the workers' backends"
+#: never cuts the driver's enqueue or check connections.
+DRIVER_APP = "chaos-driver"
+
+
+def _bin_dir() -> Path:
+    for candidate in BIN_DIRS:
+        if (Path(candidate) / "initdb").exists():
+            return Path(candidate)
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) not found")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivatePostgres:
+    def __init__(self) -> None:
+        self.bin = _bin_dir()
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="jobdesk-chaos-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "postgres.log"
+        self._as_postgres = os.geteuid() == 0
+        self._paused: list[int] = []
+        self._torn_down = False
+        if self._as_postgres:
+            entry = pwd.getpwnam("postgres")
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        atexit.register(self.teardown)
+
+    # ------------------------------------------------------------------ plumbing
+    def _run(self, *args: str, check: bool = True, timeout: float = 60) -> str:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if self._as_postgres:  # initdb and the postmaster refuse to run as root
+            command = ["runuser", "-u", "postgres", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise RuntimeError(
+                f"{args[0]} failed ({done.returncode}): {done.stderr.strip() or done.stdout}"
+            )
+        return done.stdout
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{DATABASE}"
+
+    def _dsn(self, database: str = DATABASE) -> str:
+        return (
+            f"host=127.0.0.1 port={self.port} user=postgres dbname={database} "
+            f"application_name={DRIVER_APP} connect_timeout=2"
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self) -> PrivatePostgres:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        self.start()
+        with psycopg.connect(self._dsn("postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+        return self
+
+    def _options(self) -> str:
+        return (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on "
+            "-c max_connections=300 -c shared_buffers=32MB"
+        )
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
+                  "-w", "-t", "60", "start")  # fmt: skip
+
+    def restart_fast(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
+                  "-m", "fast", "-w", "-t", "60", "restart")  # fmt: skip
+
+    def stop_immediate(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart_immediate(self) -> None:
+        self.stop_immediate()
+        self.start()
+
+    def accepting(self) -> bool:
+        try:
+            with psycopg.connect(self._dsn(), autocommit=True) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def wait_accepting(self, timeout: float = 30.0) -> float:
+        """Poll until a new session works; returns the wall-clock time it first did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.accepting():
+                return time.time()
+            time.sleep(0.05)
+        raise RuntimeError(f"private PostgreSQL not accepting connections after {timeout}s")
+
+    # ------------------------------------------------------------------ faults
+    def postmaster_pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().splitlines()[0])
+
+    def _children(self, parent: int) -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # pid (comm) state ppid ...: comm may contain spaces, so split after ')'.
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == parent:
+                pids.append(int(entry.name))
+        return pids
+
+    def pause(self) -> int:
+        """SIGSTOP the postmaster, then every process it started; returns how many."""
+        postmaster = self.postmaster_pid()
+        os.kill(postmaster, signal.SIGSTOP)
+        self._paused = [postmaster]
+        for pid in self._children(postmaster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                self._paused.append(pid)
+        return len(self._paused)
+
+    def resume(self) -> None:
+        for pid in reversed(self._paused):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._paused = []
+
+    def terminate_backends(self) -> int:
+        """`pg_terminate_backend` every client session except the driver's own."""
+        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                "AND coalesce(application_name, '') <> %s",
+                (DRIVER_APP,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def teardown(self) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
+        self.resume()
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop",
+                          check=False, timeout=30)  # fmt: skip
+        shutil.rmtree(self.root, ignore_errors=True)

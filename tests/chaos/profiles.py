@@ -1,0 +1,119 @@
+"""Run profiles: how many jobs, workers and faults of each kind, and the time budget.
+
+The driver enqueues `jobs` at a steady `rate` (jobs/s): a `baseline` window without
+faults, the fault window, and an `after` window without faults; then it waits up to
+`drain` seconds for every job to reach a final state. The fault counts are minimums:
+the checker fails the run when fewer happened than planned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    backend: str  # "postgresql" (private instance) or "sqlite"
+    jobs: int
+    rate: float
+    workers: int
+    concurrency: int
+    baseline: float
+    after: float
+    kills: int
+    failpoint_crashes: int
+    armed_slots: int
+    stops: int
+    pg_fast_restarts: int = 0
+    pg_immediate_restarts: int = 0
+    pauses: int = 0
+    pause_seconds: float = 10.0
+    terminations: int = 0
+    receiver_faults: int = 0
+    drain: float = 60.0
+    recovery_limit: float = 10.0
+    budget: float = 300.0
+    """Seconds the whole run (set-up to verdict) may take; over it is a failure."""
+
+    @property
+    def duration(self) -> float:
+        return self.jobs / self.rate
+
+    @property
+    def fault_window(self) -> float:
+        return self.duration - self.baseline - self.after
+
+    @property
+    def planned_faults(self) -> int:
+        return (
+            self.kills
+            + self.failpoint_crashes
+            + self.stops
+            + self.pg_fast_restarts
+            + self.pg_immediate_restarts
+            + self.pauses
+            + self.terminations
+            + self.receiver_faults
+        )
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile(
+        name="ci",
+        backend="postgresql",
+        jobs=1300,
+        rate=10.0,
+        workers=5,
+        concurrency=5,
+        baseline=12.0,
+        after=20.0,
+        kills=10,
+        failpoint_crashes=20,
+        armed_slots=3,
+        stops=2,
+        pg_fast_restarts=1,
+        pg_immediate_restarts=1,
+        pauses=1,
+        terminations=2,
+        receiver_faults=6,
+        budget=300.0,
+    ),
+    "soak": Profile(
+        name="soak",
+        backend="postgresql",
+        jobs=20000,
+        rate=40.0,
+        workers=5,
+        concurrency=8,
+        baseline=20.0,
+        after=30.0,
+        kills=40,
+        failpoint_crashes=60,
+        armed_slots=2,
+        stops=8,
+        pg_fast_restarts=3,
+        pg_immediate_restarts=3,
+        pauses=2,
+        terminations=10,
+        receiver_faults=20,
+        drain=120.0,
+        budget=1200.0,
+    ),
+    "sqlite": Profile(
+        name="sqlite",
+        backend="sqlite",
+        jobs=480,
+        rate=8.0,
+        workers=3,
+        concurrency=4,
+        baseline=8.0,
+        after=10.0,
+        kills=3,
+        failpoint_crashes=6,
+        armed_slots=2,
+        stops=1,
+        receiver_faults=2,
+        budget=180.0,
+    ),
+}

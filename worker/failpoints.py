@@ -1,0 +1,104 @@
+"""Failpoints: let a test kill this worker at a risky moment (tests only).
+
+The torture suite (`tests/chaos`) needs crashes exactly where they hurt: right after a
+claim committed, after a handler's effect but before its completion is written, in the
+middle of the completion transaction. The worker calls `hit(name)` at those places; it
+does nothing unless the process was started with `JOBDESK_TEST_FAILPOINTS`, e.g.::
+
+    JOBDESK_TEST_FAILPOINTS=after_claim:0.05,after_effect:0.05,mid_completion:#12
+
+`name:P` fires with probability P on each hit; `name:#N` fires on the N-th hit. Firing
+writes one line to stderr (`failpoint <name> fired`) and sends SIGKILL to this process —
+no cleanup, no flushing, exactly like a power cut or the OOM killer.
+
+Without the variable, `hit` is a module-level no-op function: one call, no lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+from collections.abc import Callable
+
+ENV = "JOBDESK_TEST_FAILPOINTS"
+
+#: The places the worker calls `hit()` from.
+AFTER_CLAIM = "after_claim"
+"""The claim transaction committed; the jobs are not handed to slots yet."""
+BEFORE_RECORD = "before_record"
+"""An external effect happened (`ctx.record_effect`/`ctx.once`); not recorded yet."""
+AFTER_EFFECT = "after_effect"
+"""The handler returned; its outcome is not written yet."""
+MID_COMPLETION = "mid_completion"
+"""Inside the completer's transaction, before COMMIT."""
+NAMES = frozenset({AFTER_CLAIM, BEFORE_RECORD, AFTER_EFFECT, MID_COMPLETION})
+
+
+class FailpointSpecError(ValueError):
+    """`JOBDESK_TEST_FAILPOINTS` cannot be parsed; the message names the bad part."""
+
+
+def parse(spec: str) -> dict[str, tuple[float, int]]:
+    """`"a:0.1,b:#3"` → {name: (probability, nth hit or 0)}."""
+    points: dict[str, tuple[float, int]] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        name, sep, raw = part.partition(":")
+        if name not in NAMES:
+            raise FailpointSpecError(
+                f"{ENV}: unknown failpoint {name!r}; known: {', '.join(sorted(NAMES))}"
+            )
+        if not sep:
+            raise FailpointSpecError(f"{ENV}: {part!r}: expected {name}:P or {name}:#N")
+        try:
+            if raw.startswith("#"):
+                nth = int(raw[1:])
+                if nth < 1:
+                    raise ValueError
+                points[name] = (0.0, nth)
+            else:
+                probability = float(raw)
+                if not 0.0 <= probability <= 1.0:
+                    raise ValueError
+                points[name] = (probability, 0)
+        except ValueError:
+            raise FailpointSpecError(
+                f"{ENV}: {part!r}: expected a probability 0..1 or #N (N >= 1)"
+            ) from None
+    return points
+
+
+class _Armed:
+    def __init__(self, points: dict[str, tuple[float, int]]) -> None:
+        self._points = points
+        self._hits: dict[str, int] = dict.fromkeys(points, 0)
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+
+    def hit(self, name: str) -> None:
+        point = self._points.get(name)
+        if point is None:
+            return
+        probability, nth = point
+        with self._lock:
+            self._hits[name] += 1
+            fire = self._hits[name] == nth if nth else self._rng.random() < probability
+        if fire:
+            os.write(2, f"failpoint {name} fired in pid {os.getpid()}\n".encode())
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _noop(name: str) -> None:
+    return None
+
+
+def _from_env() -> Callable[[str], None]:
+    spec = os.environ.get(ENV, "")
+    return _Armed(parse(spec)).hit if spec.strip() else _noop
+
+
+#: Call as `failpoints.hit(name)` (looked up at call time; a no-op unless armed).
+hit: Callable[[str], None] = _from_env()
