@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
 from shared import validation
 from shared.clock import db_now
@@ -40,7 +40,8 @@ __all__ = [
     "enqueue_many",
 ]
 
-Bind = sa.Connection | Session
+#: `scoped_session` is what Flask-SQLAlchemy's `db.session` is.
+Bind = sa.Connection | Session | scoped_session[Session]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class NewJob:
 
 def connection_of(bind: object) -> sa.Connection:
     """The connection to write through, refusing binds that have no transaction to join."""
-    if isinstance(bind, Session):
+    if isinstance(bind, Session | scoped_session):
         return bind.connection()
     if isinstance(bind, sa.Connection):
         return bind
