@@ -27,6 +27,7 @@ import random
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -40,6 +41,17 @@ from shared.webhook_signing import WebhookVerificationError, verify
 from tests.chaos.pgserver import free_port
 
 WEBHOOK_MODES = ("ok", "slow", "failing", "resetting")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A worker killed mid-request resets its connection: expected here, not news.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 SMTP_MODES = ("ok", "tempfail", "drop")
 
 
@@ -67,8 +79,7 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 receiver._handle(self)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
