@@ -1,7 +1,8 @@
-"""The job module the demo's worker loads (`JOBDESK_JOB_MODULES=worker.demo.jobs`).
+"""What the demo's job module installs in the worker (`worker.demo.jobs` calls
+`install()`; kept apart so importing these functions changes nothing).
 
-It is what an app's own job module looks like: it installs the hooks that turn payload
-references into data at run time, and registers the app's report —
+It is what an app's own job module does: install the hooks that turn payload
+references into data at run time, and register the app's report —
 
 - the recipient resolver: `{"to_user_id": 42}` → the user's address and name (a user
   deleted meanwhile → `None` → the email job is dead, not retried);
@@ -52,6 +53,13 @@ def _engine() -> sa.Engine:
         return engine
 
 
+def close_engines() -> None:
+    with _engine_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
 def find_recipient(user_id: int) -> Recipient | None:
     with _engine().connect() as conn:
         user = story.find_user(conn, user_id)
@@ -96,13 +104,10 @@ def shorten_backoff(job_type: str, delays: Sequence[float], target: Registry = r
     target.add(dataclasses.replace(registered, retry=policy))
 
 
-def install(settings: Settings | None = None) -> None:
+def install(settings: Settings | None = None, target: Registry = registry) -> None:
     settings = settings or Settings.from_env()
     set_recipient_resolver(find_recipient)
     set_data_resolver(user_data)
     register_report(story.SIGNUPS_REPORT)
     raw = settings.extra.get("demo_webhook_backoff", DEFAULT_DEMO_BACKOFF)
-    shorten_backoff("webhook.deliver", parse_backoff(raw))
-
-
-install()
+    shorten_backoff("webhook.deliver", parse_backoff(raw), target)
