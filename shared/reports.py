@@ -222,8 +222,10 @@ def finish_run(
     file_path: str,
     size_bytes: int,
     now: datetime,
+    expires_at: datetime | None = None,
 ) -> bool:
-    """`assembling → succeeded` with where the file is; False if someone else finished."""
+    """`assembling → succeeded` with where the file is; False if someone else finished.
+    `expires_at` is when the retention pruner may delete the run and its file."""
     done = conn.execute(
         sa.update(report_runs)
         .where(_runs.id == run_id, _runs.status == ASSEMBLING)
@@ -232,6 +234,7 @@ def finish_run(
             file_path=file_path,
             size_bytes=size_bytes,
             finished_at=now,
+            expires_at=expires_at,
             error=None,
         )
         .returning(_runs.id)

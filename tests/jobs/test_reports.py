@@ -102,6 +102,7 @@ def test_activity_report_fans_out_and_assembles_a_csv(engine: sa.Engine) -> None
     assert run["requested_by"] == "ana"
     assert run["size_bytes"] == Path(run["file_path"]).stat().st_size
     assert run["finished_at"] is not None
+    assert run["expires_at"] - run["finished_at"] == timedelta(days=30)
     assert parent.status == "succeeded"
     assert parent.result["run_id"] == run["id"]
     assert parent.progress["done"] == parent.progress["total"] == 7

@@ -21,6 +21,7 @@ worker in step with its environment in tests and costs microseconds.
 | `JOBDESK_BREAKER_COOLDOWN_SECONDS` | 30 | first open period (doubles per failed probe) |
 | `JOBDESK_REPORTS_DIR` | `./reports` | where finished report files are written |
 | `JOBDESK_REPORT_CHUNK_ROWS` | 5000 | source rows per `report.chunk` job |
+| `JOBDESK_REPORT_RETENTION_DAYS` | 30 | when a finished report's run and file expire |
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class JobsConfig:
     allow_private_webhook_targets: bool
     reports_dir: Path
     report_chunk_rows: int
+    report_retention_days: int
 
     def webhook_rate_limit(self, endpoint: str) -> RateLimit:
         return _rate(f"webhook:{endpoint}", "JOBDESK_WEBHOOK_RATE_LIMIT", self.webhook_rate)
@@ -113,4 +115,7 @@ def jobs_config(settings: Settings | None = None) -> JobsConfig:
         allow_private_webhook_targets=settings.allow_private_webhook_targets,
         reports_dir=Path(extra.get("reports_dir") or "reports"),
         report_chunk_rows=parse_int("JOBDESK_REPORT_CHUNK_ROWS", rows or "5000", 1),
+        report_retention_days=parse_int(
+            "JOBDESK_REPORT_RETENTION_DAYS", extra.get("report_retention_days", "30"), 1
+        ),
     )

@@ -188,8 +188,14 @@ def assemble(ctx: JobContext, run_id: int, definition: ReportDefinition) -> dict
         temporary.unlink(missing_ok=True)
     size = final.stat().st_size
     with ctx.engine.begin() as conn:
+        now = db_now(conn)
         reports.finish_run(
-            conn, run_id, file_path=str(Path(final).resolve()), size_bytes=size, now=db_now(conn)
+            conn,
+            run_id,
+            file_path=str(Path(final).resolve()),
+            size_bytes=size,
+            now=now,
+            expires_at=now + timedelta(days=cfg.report_retention_days),
         )
     ctx.log.info(
         "report run %s assembled: %s (%d bytes)",
