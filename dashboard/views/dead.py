@@ -4,6 +4,7 @@ retry or ignore."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, request
@@ -24,7 +25,8 @@ BULK_ACTIONS = ("retry", "ignore")
 @bp.get("/dead")
 @auth.requires("viewer")
 def index() -> Any:
-    filters = JobFilters.from_args(request.args)
+    # On this page a time range means "went dead within", i.e. by finish time.
+    filters = replace(JobFilters.from_args(request.args), time_field="finished")
     with db.read() as conn:
         now = db.now(conn)
         found = dead_groups(conn, filters, now=now)
@@ -35,6 +37,7 @@ def index() -> Any:
         "dead-groups",
         filters=filters,
         args=filters.to_args(),
+        filtered=not replace(filters, time_field="created").is_empty,
         found=found,
         trend=trend,
         trend_peak=max((b.count for b in trend), default=0),

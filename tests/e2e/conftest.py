@@ -1,0 +1,237 @@
+"""End-to-end fixtures: a real dashboard server on 127.0.0.1 (a free port, in a thread),
+seeded with the signup story's data, and Debian's Chromium driven by Playwright.
+
+Screenshots go to `JOBDESK_E2E_SCREENSHOT_DIR` when set (the README's images are made
+with `JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots pytest -m e2e -k sqlite`), otherwise to
+the test's temporary directory. Any Content-Security-Policy violation fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from werkzeug.serving import make_server
+
+from dashboard import create_app
+from shared.masking import fingerprint
+from shared.models import alerts, job_attempts, leases, webhook_endpoints, workers
+from shared.operators import add_operator
+from shared.queue import enqueue
+from shared.settings import Settings
+from tests.factories import make_job
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # fmt: skip
+PASSWORD = "support desk password"
+SECRET = "e2e-secret-key-abcdefghijklmnopqrstuvwxyz-0123"
+CRM_ERROR = "ConnectTimeout: POST https://crm.example.com/hooks/users timed out after 10.0s"
+
+
+@dataclass
+class Seeded:
+    crm_dead: list[int]
+    email_dead: int
+    report_dead: int
+
+
+def _attempts(conn: sa.Connection, job_id: int, errors: list[str], now: datetime) -> None:
+    for number, error in enumerate(errors, start=1):
+        started = now - timedelta(hours=3, minutes=-20 * number)
+        conn.execute(sa.insert(job_attempts).values(
+            job_id=job_id, attempt=number, worker_id="app-1:4242:9f1c", outcome="timeout",
+            started_at=started, finished_at=started + timedelta(seconds=10), error=error,
+            error_fingerprint=fingerprint(error)))  # fmt: skip
+
+
+def seed(engine: sa.Engine) -> Seeded:
+    """The signup story the morning after: the CRM was down, its webhooks went dead."""
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        add_operator(conn, "sam", PASSWORD, "operator", now=now)
+        add_operator(conn, "vic", PASSWORD, "viewer", now=now)
+        add_operator(conn, "ada", PASSWORD, "admin", now=now)
+        conn.execute(
+            sa.insert(webhook_endpoints).values(
+                name="crm", url="https://crm.example.com/hooks/users", secret="whsec_dGVzdA"
+            )
+        )
+        conn.execute(
+            sa.insert(webhook_endpoints).values(
+                name="billing", url="https://billing.example.com/events", secret="whsec_dGVzdB"
+            )
+        )
+        for user in range(101, 109):
+            enqueue(
+                conn,
+                "email.send",
+                {
+                    "to": f"user{user}@example.com",
+                    "template": "welcome",
+                    "event_id": f"signup:{user}",
+                },
+                idempotency_key=f"welcome_email:user:{user}",
+            )
+        for user in range(101, 105):
+            make_job(
+                conn,
+                job_type="email.send",
+                queue="email",
+                status="succeeded",
+                attempts=1,
+                payload={"to": f"user{user}@example.com", "template": "welcome"},
+                finished_at=now - timedelta(hours=5),
+            )
+        crm_dead = []
+        for index, user in enumerate(range(201, 207)):
+            job_id = make_job(
+                conn,
+                job_type="webhook.deliver",
+                queue="webhooks",
+                status="dead",
+                attempts=8,
+                max_attempts=8,
+                group_key=f"crm:user:{user}",
+                idempotency_key=f"webhook:user:{user}:event:created",
+                payload={
+                    "endpoint": "crm",
+                    "event": "user.created",
+                    "data": {"user_id": user, "email": f"user{user}@example.com", "plan": "pro"},
+                    "api_token": "crm_live_8f2d1c",
+                },
+                last_error=CRM_ERROR + f" (attempt 8, job {user})",
+                error_fingerprint=fingerprint(CRM_ERROR),
+                finished_at=now - timedelta(hours=2 + index, minutes=7 * index),
+                created_at=now - timedelta(hours=9),
+            )
+            _attempts(
+                conn, job_id, [CRM_ERROR + f" (attempt {n}, job {user})" for n in (1, 2, 3)], now
+            )
+            crm_dead.append(job_id)
+        email_dead = make_job(
+            conn,
+            job_type="email.send",
+            queue="email",
+            status="dead",
+            attempts=1,
+            max_attempts=6,
+            payload={"to": "ana.lopez@exmaple.con", "template": "welcome", "event_id": "signup:77"},
+            last_error="SMTP 550 5.1.1 <ana.lopez@exmaple.con>: mailbox unavailable (permanent)",
+            error_fingerprint=fingerprint("SMTP 550 5.1.1 <x>: mailbox unavailable (permanent)"),
+            finished_at=now - timedelta(minutes=50),
+        )
+        report_dead = make_job(
+            conn,
+            job_type="report.generate",
+            queue="reports",
+            status="dead",
+            attempts=3,
+            max_attempts=3,
+            payload={"report": "activity", "params": {"day": "2026-11-28"}},
+            last_error="PermanentError: report 'activity' has no data source for 2026-11-28",
+            error_fingerprint=fingerprint("PermanentError: report has no data source"),
+            finished_at=now - timedelta(minutes=20),
+        )
+        make_job(
+            conn,
+            job_type="report.generate",
+            queue="reports",
+            status="running",
+            attempts=1,
+            locked_by="app-1:4242:9f1c",
+            started_at=now - timedelta(minutes=2),
+            payload={"report": "activity", "params": {}},
+            progress={"done": 3, "total": 8},
+        )
+        conn.execute(
+            sa.insert(workers).values(
+                id="app-1:4242:9f1c",
+                host="app-1",
+                pid=4242,
+                queues=["email", "webhooks", "reports"],
+                job_types=["email.send", "webhook.deliver", "report.generate", "report.chunk"],
+                concurrency=8,
+                version="0.1.0",
+                last_seen_at=now,
+                clock_skew_seconds=0.3,
+            )
+        )
+        conn.execute(
+            sa.insert(leases).values(
+                name="leader", holder="app-1:4242:9f1c", expires_at=now + timedelta(seconds=30)
+            )
+        )
+        conn.execute(
+            sa.insert(alerts).values(
+                rule="repeated_error",
+                subject="webhook.deliver:crm",
+                message="6 webhook.deliver jobs to crm died with the same error: ConnectTimeout",
+            )
+        )
+    return Seeded(crm_dead, email_dead, report_dead)
+
+
+@pytest.fixture
+def screenshot_dir(tmp_path: Path) -> Path:
+    configured = os.environ.get("JOBDESK_E2E_SCREENSHOT_DIR")
+    target = Path(configured) if configured else tmp_path / "screenshots"
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+@pytest.fixture
+def live_server(db_url: str, engine: sa.Engine) -> Iterator[tuple[str, Seeded]]:
+    seeded = seed(engine)
+    app = create_app(replace(Settings(), database_url=db_url, secret_key=SECRET))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", seeded
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        server.server_close()
+        app.extensions["jobdesk"].dispose()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, locale="en-GB")
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    violations: list[str] = []
+    page.on(
+        "console",
+        lambda msg: (
+            violations.append(msg.text)
+            if "Content Security Policy" in msg.text or "Refused to" in msg.text
+            else None
+        ),
+    )
+    page.on("pageerror", lambda error: violations.append(f"page error: {error}"))
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
+    assert not violations, violations
