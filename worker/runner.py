@@ -345,6 +345,13 @@ class Runner:
             self._claim_outage.failed(exc, delay)
             self._claim_retry_at = time.monotonic() + delay
             return None
+        except Exception:
+            # Not an outage (a constraint, a bug): log it with its stack and back off the
+            # same way rather than let one bad claim end the process.
+            delay = self._claim_backoff.next()
+            log.exception("claim failed; retrying in %.2fs", delay, extra={"action": "claim_error"})
+            self._claim_retry_at = time.monotonic() + delay
+            return None
         if jobs:
             failpoints.hit(failpoints.AFTER_CLAIM)
         if self._claim_backoff.failures:
@@ -395,9 +402,15 @@ class Runner:
             for attempt in batch:
                 if self._held.get(attempt.job.id) is attempt:
                     del self._held[attempt.job.id]
+        unblocked: set[str] = set()
         for attempt in batch:
             if attempt.outcome is not None:
                 self.outcomes[attempt.outcome.kind.value] += 1
+            if attempt.job.group_key is not None:
+                unblocked.add(attempt.job.queue)
+        if unblocked:
+            # The next job of each finished job's group just became claimable.
+            self._on_queues(sorted(unblocked))
 
     def held(self) -> list[Attempt]:
         with self._held_lock:

@@ -127,7 +127,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.0
 def statuses(engine: sa.Engine) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status))
-        return dict(rows)
+        return {row[0]: row[1] for row in rows}
 
 
 def job(engine: sa.Engine, job_id: int) -> sa.Row[Any]:

@@ -90,8 +90,11 @@ class Maintenance:
                 extra={"action": "leader_error"},
             )
             return False
-        # Leadership counts from before the round trip, and stops a safety margin early.
-        self._set_leader(held, started + self._ttl.total_seconds() * 0.8)
+        # Leadership counts from before the round trip and stops a safety margin early;
+        # an answer that took longer than that (a stalled process) grants nothing.
+        until = started + self._ttl.total_seconds() * 0.8
+        held = held and time.monotonic() < until
+        self._set_leader(held, until)
         return held
 
     def _set_leader(self, held: bool, until: float) -> None:

@@ -1,0 +1,101 @@
+"""Rate limits shared across worker processes; a breaker driven by a job type (R15)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared import NewJob, enqueue, enqueue_many
+from shared.breakers import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    allow_attempt,
+    breaker_state,
+    record_failure,
+    record_success,
+)
+from shared.clock import db_now
+from shared.errors import Snooze
+from tests.worker.procs import Workers, all_done, effect_rows, job, wait_for
+from worker.context import JobContext
+from worker.registry import Registry
+from worker.registry import job as job_decorator
+from worker.testing import drain
+
+
+@pytest.mark.slow
+def test_rate_limit_is_shared_by_two_worker_processes(engine: sa.Engine, procs: Workers) -> None:
+    procs.start("--concurrency", "4")
+    procs.start("--concurrency", "4")
+    with engine.begin() as conn:
+        enqueue_many(conn, [NewJob("t.limited", {}) for _ in range(60)])
+    wait_for(lambda: all_done(engine, 60), 30, interval=0.2)
+    rows = effect_rows(engine, "run:")
+    times = sorted(row.detail["at"] for row in rows)
+    assert len(times) == 60
+    # token bucket: in any window of length w at most burst + rate * w runs (20/s)
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            window = times[j] - start
+            assert j - i + 1 <= 20 + 20 * window + 2, (i, j, window)
+    assert times[-1] - times[0] >= (60 - 20) / 20 * 0.9
+    assert len({row.detail["pid"] for row in rows}) == 2
+
+
+def test_breaker_opens_probes_and_closes_through_a_job_type(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    reg = Registry()
+    down = tmp_path / "down"
+    down.touch()
+    key = "webhook:crm"
+
+    @job_decorator("b.call", target=reg, max_attempts=20)
+    def call(payload: dict[str, Any], ctx: JobContext) -> str:
+        now = payload_now[0]
+        with ctx.engine.begin() as conn:
+            allowed, wait = allow_attempt(conn, key, now)
+        if not allowed:
+            raise Snooze(wait, f"circuit open for {key}")
+        if down.exists():
+            with ctx.engine.begin() as conn:
+                record_failure(conn, key, now, "HTTP 503", threshold=3)
+            raise ConnectionError("HTTP 503")
+        with ctx.engine.begin() as conn:
+            record_success(conn, key, now)
+        return "delivered"
+
+    with engine.begin() as conn:
+        ids = [enqueue(conn, "b.call", {"n": i}) for i in range(5)]
+    with engine.connect() as conn:
+        t0 = db_now(conn)
+    payload_now = [t0]
+    result = drain(engine, registry=reg, now=t0)
+    # three failures open the breaker; the other two wait without burning attempts
+    assert result.by_kind == {"failed": 3, "snoozed": 2}
+    with engine.connect() as conn:
+        assert breaker_state(conn, key, t0).state == OPEN
+    snoozed = [i for i in ids if job(engine, i).status == "queued"]
+    assert all(job(engine, i).attempts == 0 for i in snoozed)
+    # after the cooldown exactly one probe goes; it fails and re-opens the breaker
+    later = t0 + timedelta(seconds=31)
+    payload_now[0] = later
+    probe = drain(engine, registry=reg, now=later, max_jobs=2)
+    assert probe.by_kind == {"failed": 1, "snoozed": 1}
+    with engine.connect() as conn:
+        view = breaker_state(conn, key, later)
+    assert (view.state, view.retry_at) == (OPEN, later + timedelta(seconds=60))
+    # the destination recovers: the next probe closes it and everything flows
+    down.unlink()
+    recovered = later + timedelta(seconds=61)
+    payload_now[0] = recovered
+    drain(engine, registry=reg, now=recovered + timedelta(minutes=10))
+    with engine.connect() as conn:
+        assert breaker_state(conn, key, recovered).state == CLOSED
+    assert all(job(engine, i).status == "succeeded" for i in ids)
+    assert HALF_OPEN != CLOSED
