@@ -1,0 +1,125 @@
+"""Enqueue-commit → handler-start latency with an idle `jobdesk worker`, plus the idle
+worker's memory (RSS) and CPU use.
+
+    .venv/bin/python bench/latency.py [--samples 200] [--only postgresql|sqlite]
+
+One job at a time: commit the enqueue, note the wall time, wait until the job's handler
+(`bench.stamp`, which returns `time.time()` at its start) has run, then pause a little
+so the worker is idle again. PostgreSQL wakes the worker with LISTEN/NOTIFY; SQLite
+relies on polling, so its latency is bounded by the poll interval (reported with it).
+Idle figures: RSS from /proc after the samples, CPU over 10 s with no jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+from throughput import HERE, JOBDESK, fresh_postgres, fresh_sqlite
+
+from shared.db import make_engine
+from shared.models import jobs
+from shared.queue import enqueue
+from shared.settings import Settings
+
+POLL_INTERVAL = 0.1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_worker(url: str, poll_interval: float | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, JOBDESK_DATABASE_URL=url)
+    if poll_interval is not None:
+        env["JOBDESK_POLL_INTERVAL_SECONDS"] = str(poll_interval)
+    return subprocess.Popen(
+        [str(JOBDESK), "worker", "--jobs", "bench_jobs", "--log-level", "warning"],
+        cwd=HERE,
+        env=env,
+    )
+
+
+def idle_figures(url: str) -> tuple[float, float]:
+    """RSS (MB) and CPU (% of a core) of a worker with default settings and no work."""
+    proc = start_worker(url, None)
+    try:
+        time.sleep(5)
+        before = cpu_seconds(proc.pid)
+        time.sleep(20)
+        return rss_mb(proc.pid), (cpu_seconds(proc.pid) - before) / 20 * 100
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def measure(url: str, samples: int) -> dict[str, float]:
+    engine = make_engine(url, settings=Settings())
+    proc = start_worker(url, POLL_INTERVAL)
+    try:
+        time.sleep(3)  # start-up, leader election
+        latencies = []
+        for _ in range(samples):
+            with engine.begin() as conn:
+                job_id = enqueue(conn, "bench.stamp", {})
+            committed = time.time()
+            while True:
+                with engine.connect() as conn:
+                    row = conn.execute(
+                        sa.select(jobs.c.status, jobs.c.result).where(jobs.c.id == job_id)
+                    ).one()
+                if row.status == "succeeded":
+                    break
+                time.sleep(0.002)
+            latencies.append((row.result["t"] - committed) * 1000)
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        engine.dispose()
+    latencies.sort()
+    rss, idle_cpu = idle_figures(url)
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "max_ms": latencies[-1],
+        "rss_mb": rss,
+        "idle_cpu_pct": idle_cpu,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--only", choices=["postgresql", "sqlite"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in [args.only] if args.only else ["postgresql", "sqlite"]:
+            url = fresh_postgres() if backend == "postgresql" else fresh_sqlite(Path(tmp))
+            r = measure(url, args.samples)
+            poll = f" (poll interval {POLL_INTERVAL * 1000:.0f} ms)" if backend == "sqlite" else ""
+            print(
+                f"{backend:<10} enqueue-commit -> handler start: p50 {r['p50_ms']:.1f} ms, "
+                f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms{poll}; idle worker "
+                f"(defaults) RSS {r['rss_mb']:.0f} MB, CPU {r['idle_cpu_pct']:.2f}% of a core",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
