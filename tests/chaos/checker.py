@@ -152,7 +152,7 @@ def check(
     if doubled and not verdict.classes["effect applied twice"]:
         verdict.bad("effect applied twice", f"effect rows doubled for keys {doubled[:5]}")
     if receiver.bad_signatures:
-        verdict.failures.append(f"{receiver.bad_signatures} webhook(s) with a bad signature")
+        verdict.failures.append(f"webhooks with a bad signature: {dict(receiver.bad_signatures)}")
     for job_class, count in verdict.classes.items():
         if job_class not in OK_CLASSES and count:
             verdict.failures.append(

@@ -563,11 +563,21 @@ class ChaosRun:
             took = _recovery(times, outage.ready_at, 0.8 * baseline) if outage.ready_at else None
             self.figures.recoveries.append((outage.kind, took))
             if took is None or took > self.profile.recovery_limit:
+                ready = outage.ready_at
+                per_second = [
+                    sum(1 for t in times if ready + k <= t < ready + k + 1) for k in range(-2, 16)
+                ]
                 self.failures.append(
                     f"after {outage.kind}: throughput back to 80% of baseline "
                     f"{'never' if took is None else f'after {took:.1f}s'} "
-                    f"(limit {self.profile.recovery_limit:g}s)"
+                    f"(limit {self.profile.recovery_limit:g}s); jobs/s from 2 s before the "
+                    f"database was ready: {per_second}"
                 )
+        with (self.workdir / "timeline.csv").open("w") as timeline:
+            timeline.write("second,succeeded\n")
+            counts = Counter(int(t - start) for t in times)
+            for second in range(int(times[-1] - start) + 1 if times else 0):
+                timeline.write(f"{second},{counts[second]}\n")
 
     def _teardown(self) -> None:
         if self.fleet is not None:

@@ -65,7 +65,8 @@ class WebhookReceiver:
         self.applied: dict[str, str] = {}  # webhook-id -> logical key, first application
         self.keys_applied: defaultdict[str, set[str]] = defaultdict(set)  # key -> ids
         self.repeats: Counter[str] = Counter()  # webhook-id -> caught duplicates
-        self.bad_signatures = 0
+        self.bad_signatures: Counter[str] = Counter()  # reason -> count
+        self.aborted = 0
         self.rejected = 0
         self.answers: Counter[str] = Counter()
         receiver = self
@@ -101,12 +102,16 @@ class WebhookReceiver:
         self.mode = mode
 
     def _verified(self, headers: dict[str, str], body: bytes) -> bool:
+        errors = []
         for secret in self.secrets:
             try:
                 verify(secret, headers, body)
-            except WebhookVerificationError:
+            except WebhookVerificationError as exc:
+                errors.append(str(exc))
                 continue
             return True
+        with self.lock:
+            self.bad_signatures[errors[0] if errors else "no secret"] += 1
         return False
 
     def _apply(self, msg_id: str, body: bytes) -> None:
@@ -122,15 +127,18 @@ class WebhookReceiver:
                 self.keys_applied[key].add(msg_id)
 
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
-        body = request.rfile.read(int(request.headers.get("Content-Length", "0")))
+        length = int(request.headers.get("Content-Length", "0"))
+        body = request.rfile.read(length)
         headers = {k.lower(): v for k, v in request.headers.items()}
         msg_id = headers.get("webhook-id", "")
         mode = self.mode
         with self.lock:
             self.deliveries[msg_id] += 1
+            if len(body) < length:
+                # The sender died mid-request (a SIGKILLed worker): nothing to answer.
+                self.aborted += 1
+                return
         if not self._verified(headers, body):
-            with self.lock:
-                self.bad_signatures += 1
             self._reply(request, 401, b"bad signature")
             return
         if request.path == "/reject":

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -49,7 +50,7 @@ except ImportError:  # pragma: no cover
     triage = None  # type: ignore[assignment]
 
 JOB_TYPE = "model.job"
-LEASE = 30
+LEASE = 10
 RESOLUTION_FIELDS = {"resolution", "resolved_by", "resolved_at", "resolution_reason", "updated_at"}
 Q, R, S, F, D, C = (
     JobStatus.QUEUED,
@@ -102,6 +103,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         return F if retry and not spent else D
 
     # ------------------------------------------------------------------ rules
+    @initialize(groups=st.lists(st.sampled_from([None, "a", "b"]), min_size=2, max_size=5))
+    def some_jobs(self, groups: list[str | None]) -> None:
+        for group in groups:
+            self.enqueue_job(group, 2, None, None)
+
     @rule(
         group=st.sampled_from([None, None, "a", "b"]),
         max_attempts=st.integers(1, 3),
@@ -225,9 +231,17 @@ class LifecycleMachine(RuleBasedStateMachine):
         for j in ids:
             self.held[j].expires = self.now + timedelta(seconds=LEASE)
 
-    @rule(seconds=st.sampled_from([1, 6, 25, 40]))
+    @rule(seconds=st.sampled_from([1, 4, 12]))
     def advance_clock(self, seconds: int) -> None:
         self.now += timedelta(seconds=seconds)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def lease_expires(self, data: st.DataObject) -> None:
+        """A held job's worker goes silent: the clock passes its lease; the reaper runs."""
+        j = data.draw(st.sampled_from(sorted(self.held)))
+        self.now = max(self.now, self.held[j].expires + timedelta(seconds=1))
+        self.reap()
 
     @rule()
     def reap(self) -> None:
@@ -365,8 +379,8 @@ def test_lifecycle_state_machine(engine: sa.Engine) -> None:
     run_state_machine_as_test(
         LifecycleMachine,
         settings=settings(
-            max_examples=25,
-            stateful_step_count=30,
+            max_examples=50,
+            stateful_step_count=50,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),
