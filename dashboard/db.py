@@ -34,6 +34,8 @@ def write() -> Iterator[sa.Connection]:
     state = get_state()
     with state.write_engine.begin() as conn, statement_deadline(conn, state.statement_timeout):
         yield conn
+    # The operator's own action shows up in the overview's counts at once.
+    state.overview_cache.clear()
 
 
 def now(conn: sa.Connection) -> datetime:

@@ -6,15 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from flask import current_app
 
+from dashboard.cache import TTLCache
 from dashboard.throttle import LoginThrottle
 from shared.settings import Settings, parse_bool, parse_seconds
 
 EXTENSION_KEY = "jobdesk"
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+#: The overview's job counts are recomputed at most this often per process.
+DEFAULT_OVERVIEW_CACHE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,14 @@ class DashboardState:
     owns_engines: bool
     identity_loader: IdentityLoader | None = None
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    overview_cache: TTLCache[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        raw = self.settings.extra.get("dashboard_overview_cache_seconds")
+        ttl = DEFAULT_OVERVIEW_CACHE_SECONDS
+        if raw is not None:
+            ttl = parse_seconds("JOBDESK_DASHBOARD_OVERVIEW_CACHE_SECONDS", raw)
+        self.overview_cache = TTLCache(ttl)
 
     @property
     def statement_timeout(self) -> float:

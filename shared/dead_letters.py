@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from shared.db import is_postgresql
 from shared.filters import JobFilters
 from shared.models import jobs
-from shared.queries import ERROR_EXCERPT_CHARS, filter_conditions
+from shared.queries import ERROR_EXCERPT_CHARS, filter_conditions, inline
 from shared.states import JobStatus
 
 TREND_HOURS = 24
@@ -126,7 +126,7 @@ def dead_trend(
         bucket = sa.func.substr(jobs.c.finished_at, 1, 13)
     query = (
         sa.select(bucket.label("bucket"), sa.func.count().label("n"))
-        .where(jobs.c.status == JobStatus.DEAD.value, jobs.c.finished_at >= start)
+        .where(jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.finished_at >= start)
         .group_by(bucket)
     )
     counts: dict[str, int] = {}
@@ -142,6 +142,6 @@ def dead_trend(
 
 def unresolved_dead_count(conn: sa.Connection) -> int:
     query = sa.select(sa.func.count()).where(
-        jobs.c.status == JobStatus.DEAD.value, jobs.c.resolution.is_(None)
+        jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.resolution.is_(None)
     )
     return int(conn.execute(query).scalar_one())

@@ -173,12 +173,13 @@ class Job(Base):
         sa.Index("ix_jobs_retried_from_id", "retried_from_id"),
         sa.Index("ix_jobs_dead_fingerprint", "status", "error_fingerprint"),
         # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
-        # with first/last seen, answered from this index alone.
+        # with first/last seen and newest id, answered from this index alone.
         sa.Index(
             "ix_jobs_dead_unresolved",
             "error_fingerprint",
             "job_type",
             "finished_at",
+            "id",
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         ),

@@ -58,6 +58,12 @@ def statement_deadline(conn: sa.Connection, seconds: float) -> Iterator[None]:
         raw.set_progress_handler(None, 0)
 
 
+def inline(value: str) -> sa.BindParameter[str]:
+    """A bound value rendered into the SQL text at execution (never user free text:
+    allow-listed states only), so plans for prepared statements still see the constant."""
+    return sa.literal(value, sa.String(), literal_execute=True)
+
+
 def like_pattern(text: str) -> str:
     """`%text%` with LIKE's wildcards in the text escaped (searching `50%_off` finds it)."""
     escaped = (text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2).replace("%", LIKE_ESCAPE + "%")).replace(
@@ -97,7 +103,9 @@ def filter_conditions(
     if filters.resolution is not None and status is None:
         status = str(JobStatus.DEAD)
     if status is not None:
-        conditions.append(jobs.c.status == status)
+        # Statuses come from an allow-list; rendered inline so the planner can match the
+        # partial indexes (`status = 'dead'`, the claimable statuses) in every plan.
+        conditions.append(jobs.c.status == inline(status))
     if filters.queue is not None:
         conditions.append(jobs.c.queue == filters.queue)
     if filters.job_type is not None:
@@ -111,7 +119,7 @@ def filter_conditions(
     if filters.resolution == UNRESOLVED:
         conditions.append(jobs.c.resolution.is_(None))
     elif filters.resolution is not None:
-        conditions.append(jobs.c.resolution == filters.resolution)
+        conditions.append(jobs.c.resolution == inline(filters.resolution))
     if filters.retried_from is not None:
         conditions.append(jobs.c.retried_from_id == filters.retried_from)
     since, until = filters.window(now)

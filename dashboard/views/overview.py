@@ -29,35 +29,46 @@ STALE_QUEUE_SECONDS = 300
 STATUS_ORDER = [str(s) for s in JobStatus]
 
 
-def overview_data() -> dict[str, Any]:
-    state = get_state()
+def _job_aggregates() -> dict[str, Any]:
+    """The expensive part (one index entry per job), cached per process for a few seconds."""
     with db.read() as conn:
         now = db.now(conn)
-        rows = counts_by_status_queue_type(conn)
-        ages = oldest_queued_age_by_queue(conn, now)
-        trend = dead_trend(conn, now=now)
-        unresolved = unresolved_dead_count(conn)
+        return {
+            "as_of": now,
+            "rows": counts_by_status_queue_type(conn),
+            "ages": oldest_queued_age_by_queue(conn, now),
+            "trend": dead_trend(conn, now=now),
+            "unresolved": unresolved_dead_count(conn),
+        }
+
+
+def overview_data() -> dict[str, Any]:
+    state = get_state()
+    aggregates = state.overview_cache.get(_job_aggregates)
+    with db.read() as conn:
+        now = db.now(conn)
         open_alerts = alert_store.list_alerts(conn, status="open", limit=5)
         open_alert_count = alert_store.count_open_alerts(conn)
         fleet = list_workers(conn, now=now, stale_after=state.worker_stale_after)
         lease = current_lease(conn, LEADER)
+    trend = aggregates["trend"]
     totals = dict.fromkeys(STATUS_ORDER, 0)
     matrix: dict[tuple[str, str], dict[str, int]] = {}
-    for row in rows:
+    for row in aggregates["rows"]:
         totals[row.status] = totals.get(row.status, 0) + row.count
         matrix.setdefault((row.queue, row.job_type), {})[row.status] = row.count
-    peak = max((bucket.count for bucket in trend), default=0)
     return {
         "now": now,
+        "as_of": aggregates["as_of"],
         "totals": totals,
         "matrix": sorted(matrix.items()),
         "statuses": STATUS_ORDER,
-        "ages": sorted(ages.items(), key=lambda kv: -kv[1]),
+        "ages": sorted(aggregates["ages"].items(), key=lambda kv: -kv[1]),
         "stale_queue_seconds": STALE_QUEUE_SECONDS,
         "trend": trend,
-        "trend_peak": peak,
+        "trend_peak": max((bucket.count for bucket in trend), default=0),
         "trend_total": sum(bucket.count for bucket in trend),
-        "unresolved_dead": unresolved,
+        "unresolved_dead": aggregates["unresolved"],
         "open_alerts": open_alerts,
         "open_alert_count": open_alert_count,
         "workers_alive": sum(1 for w in fleet if w.alive),

@@ -254,7 +254,7 @@ def upgrade() -> None:
         )
         batch_op.create_index(
             "ix_jobs_dead_unresolved",
-            ["error_fingerprint", "job_type", "finished_at"],
+            ["error_fingerprint", "job_type", "finished_at", "id"],
             unique=False,
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),

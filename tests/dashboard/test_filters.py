@@ -67,3 +67,20 @@ def test_audit_filters() -> None:
 
 def test_like_pattern_escapes_wildcards() -> None:
     assert like_pattern("50%_off\\x") == "%50\\%\\_off\\\\x%"
+
+
+def test_ttl_cache_computes_once_per_ttl_and_clears() -> None:
+    from dashboard.cache import TTLCache
+
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    cache: TTLCache[int] = TTLCache(60)
+    assert cache.get(compute) == 1
+    assert cache.get(compute) == 1
+    cache.clear()
+    assert cache.get(compute) == 2
+    assert TTLCache[int](0).get(compute) == 3
