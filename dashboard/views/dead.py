@@ -12,6 +12,7 @@ from flask import Blueprint, request
 from dashboard import auth, db
 from dashboard.forms import parse_bulk_selection
 from dashboard.htmx import render
+from dashboard.navigation import safe_target
 from shared.dead_letters import dead_groups, dead_trend
 from shared.errors import ValidationError
 from shared.filters import RANGES, JobFilters
@@ -65,6 +66,6 @@ def bulk_preview() -> Any:
         filter_args=selection.filters.to_args() if selection.filters else {},
         cap=BULK_CAP,
         reason_max=REASON_MAX_CHARS,
-        next=request.args.get("next", ""),
+        next=safe_target(request.args.get("next"), ""),
         now=now,
     )

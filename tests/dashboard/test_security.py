@@ -162,3 +162,15 @@ def test_payload_pages_turn_off_the_htmx_history_cache(
         job_id = dead_job(conn)
     for url in (f"/jobs/{job_id}", f"/jobs/{job_id}/fix", "/dead"):
         assert 'hx-history="false"' in operator.get(url).get_data(as_text=True), url
+
+
+def test_bulk_preview_cancel_link_only_goes_to_dashboard_pages(
+    operator: Browser, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        job_id = dead_job(conn)
+    html = operator.get(f"/dead/bulk?action=retry&ids={job_id}&next=javascript:alert(1)").get_data(
+        as_text=True
+    )
+    assert "javascript:" not in html
+    assert 'href="/dead">Cancel' in html
