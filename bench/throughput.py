@@ -106,7 +106,17 @@ def measured_rate(engine: sa.Engine, n: int) -> float:
     return n / max((last - first).total_seconds(), 1e-9)
 
 
-def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[float, float]:
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[float, float, float]:
+    """(jobs/s by the database's timestamps, wall seconds, worker CPU µs per job)."""
     env = dict(os.environ, JOBDESK_DATABASE_URL=url, JOBDESK_POLL_INTERVAL_SECONDS="0.2")
     proc = subprocess.Popen(
         [
@@ -123,6 +133,10 @@ def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[f
         env=env,
     )
     started = time.monotonic()
+    # CPU per job between the first and the last sample that saw jobs done: start-up
+    # (imports, registration) is left out; less sensitive to other load than jobs/s.
+    first: tuple[int, float] | None = None
+    last: tuple[int, float] = (0, 0.0)
     try:
         while True:
             time.sleep(0.25)
@@ -130,6 +144,10 @@ def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[f
                 done = conn.execute(
                     sa.select(sa.func.count()).where(jobs.c.status == "succeeded")
                 ).scalar_one()
+            cpu = cpu_seconds(proc.pid)
+            if done and first is None:
+                first = (done, cpu)
+            last = (done, cpu)
             if done >= n:
                 break
             if proc.poll() is not None:
@@ -140,14 +158,19 @@ def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[f
         proc.terminate()
         proc.wait(30)
     wall = time.monotonic() - started
-    return measured_rate(engine, n), wall
+    cpu_per_job = float("nan")
+    if first is not None and last[0] > first[0]:
+        cpu_per_job = (last[1] - first[1]) / (last[0] - first[0]) * 1e6
+    return measured_rate(engine, n), wall, cpu_per_job
 
 
-def run_raw_postgres(url: str, n: int) -> float:
+def run_raw_postgres(url: str, n: int) -> tuple[float, float]:
+    """(jobs/s, CPU µs per job of this Python loop)."""
     conninfo = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     done = 0
     with psycopg.connect(conninfo) as conn:
         started = time.perf_counter()
+        cpu_started = time.process_time()
         while done < n:
             with conn.transaction():
                 ids = [r[0] for r in conn.execute(RAW_CLAIM).fetchall()]
@@ -157,8 +180,9 @@ def run_raw_postgres(url: str, n: int) -> float:
                 conn.execute(RAW_COMPLETE, (ids,))
             done += len(ids)
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
     assert done == n, f"raw loop drained {done}/{n}"
-    return n / elapsed
+    return n / elapsed, cpu / n * 1e6
 
 
 def main() -> None:
@@ -175,13 +199,14 @@ def main() -> None:
             engine = make_engine(url, settings=Settings())
             for n in args.jobs:
                 reset_and_fill(engine, n)
-                rate, wall = run_worker(url, engine, n, args.concurrency)
+                rate, wall, cpu = run_worker(url, engine, n, args.concurrency)
                 line = f"{backend:<10} {n:>7} jobs  jobdesk worker: {rate:>8,.0f} jobs/s"
-                line += f" (wall incl. start-up {wall:.1f}s)"
+                line += f" ({cpu:,.0f} µs CPU/job; wall incl. start-up {wall:.1f}s)"
                 if backend == "postgresql" and not args.skip_raw:
                     reset_and_fill(engine, n)
-                    raw = run_raw_postgres(url, n)
-                    line += f"   raw psycopg loop: {raw:>8,.0f} jobs/s   ratio {rate / raw:.0%}"
+                    raw, raw_cpu = run_raw_postgres(url, n)
+                    line += f"   raw psycopg loop: {raw:>8,.0f} jobs/s ({raw_cpu:,.0f} µs CPU/job)"
+                    line += f"   ratio {rate / raw:.0%}"
                 print(line, flush=True)
             engine.dispose()
 
