@@ -8,11 +8,12 @@ transaction wakes idle workers when (and only when) it commits.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,9 +25,8 @@ from shared.db import is_postgresql
 from shared.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
 from shared.errors import ValidationError
 from shared.job_types import defaults_for
-from shared.models import jobs
 from shared.settings import Settings
-from shared.sqltypes import UTCDateTime
+from shared.sqltypes import SQLITE_TIMESTAMP_FORMAT
 from shared.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 
 __all__ = [
@@ -231,59 +231,105 @@ class JobRef:
     started_at: datetime | None = None
 
 
-_CLAIM_RETURNING = (
-    jobs.c.id,
-    jobs.c.job_type,
-    jobs.c.queue,
-    jobs.c.payload,
-    jobs.c.attempts,
-    jobs.c.max_attempts,
-    jobs.c.priority,
-    jobs.c.idempotency_key,
-    jobs.c.group_key,
-    jobs.c.timeout_seconds,
-    jobs.c.lease_expires_at,
-    jobs.c.next_run_at,
+# The claim is the worker's hot path: its SQL is written out once per shape (which
+# filters are present) and sent through `exec_driver_sql`, like `enqueue_sql` does for
+# enqueue, instead of compiling a Core statement per call.
+_CLAIMABLE_SQL = ", ".join(f"'{status}'" for status in sql_values(CLAIMABLE))
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in sql_values(ACTIVE))
+_RUNNING = JobStatus.RUNNING.value
+
+# A job with no group, or the head of a group with nothing running: within a group, jobs
+# run one at a time in (priority, id) order; a retrying head keeps its place (the group
+# waits for it), a dead or cancelled one no longer blocks. `group_key IS NULL` comes
+# first so ungrouped candidates never run the subquery (EXPLAIN: "never executed").
+_GROUP_IS_FREE = f"""(c.group_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jobs AS peer
+             WHERE peer.group_key = c.group_key AND peer.status IN ({_ACTIVE_SQL})
+               AND peer.id <> c.id
+               AND (peer.status = '{_RUNNING}' OR peer.priority < c.priority
+                    OR (peer.priority = c.priority AND peer.id < c.id))))"""
+
+# A row with no attempt left (written by hand or by an old bug) would break the attempts
+# CHECK and with it every claim; `attempts < max_attempts` leaves it to the operator.
+_CANDIDATE_WHERE = f"""c.status IN ({_CLAIMABLE_SQL}) AND c.next_run_at <= {{now}}
+           AND c.attempts < c.max_attempts{{filters}}
+           AND {_GROUP_IS_FREE}"""
+
+_CLAIM_SET = f"""status = '{_RUNNING}', attempts = attempts + 1, locked_by = {{worker}},
+       locked_at = {{now}}, started_at = {{now}}, lease_token = {{lease}},
+       lease_expires_at = {{expires}}, updated_at = {{now}}"""
+
+# Placeholders per driver: psycopg's `%(name)s`, sqlite3's `:name`.
+_PG_PARAMS = {name: f"%({name})s" for name in ("worker", "now", "lease", "expires")}
+_SQLITE_PARAMS = {name: f":{name}" for name in ("worker", "now", "lease", "expires")}
+
+# Returned columns, in the order `_claimed_job` reads them.
+_CLAIM_COLUMNS = (
+    "id, job_type, queue, payload, attempts, max_attempts, priority, idempotency_key, "
+    "group_key, timeout_seconds"
 )
 
+# PostgreSQL: the locking select is an uncorrelated `ARRAY(SELECT …)`, evaluated exactly
+# once (a plain `id IN (subquery)` may be re-evaluated and update more than `limit`
+# rows), and measured faster and more stable than `IN` or a CTE join. The claimed rows
+# come back as ONE JSON text in claim order: one value to fetch and one C-level parse
+# (payloads included) instead of a row and a jsonb decode per job.
+_POSTGRESQL_CLAIM = f"""
+WITH claimed AS (
+    UPDATE jobs SET {_CLAIM_SET.format_map(_PG_PARAMS)}
+     WHERE id = ANY(ARRAY(
+           SELECT c.id FROM jobs AS c
+            WHERE {_CANDIDATE_WHERE.format(now="%(now)s", filters="{filters}")}
+            ORDER BY c.priority, c.next_run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED))
+    RETURNING {_CLAIM_COLUMNS}, next_run_at
+)
+SELECT json_agg(json_build_array({_CLAIM_COLUMNS})
+                ORDER BY priority, next_run_at, id)::text
+  FROM claimed
+"""
 
-def _group_is_free() -> sa.ColumnElement[bool]:
-    """True for a job with no group, or the head of a group with nothing running.
+# SQLite: the transaction began with `BEGIN IMMEDIATE`, so this is the only writer and
+# `UPDATE … WHERE id IN (subquery)` is safe.
+_SQLITE_CLAIM = f"""
+UPDATE jobs SET {_CLAIM_SET.format_map(_SQLITE_PARAMS)}
+ WHERE id IN (
+       SELECT c.id FROM jobs AS c
+        WHERE {_CANDIDATE_WHERE.format(now=":now", filters="{filters}")}
+        ORDER BY c.priority, c.next_run_at, c.id
+        LIMIT :limit)
+RETURNING {_CLAIM_COLUMNS}, next_run_at
+"""
 
-    Within a group, jobs run one at a time in (priority, id) order; a retrying head
-    keeps its place (the group waits for it), a dead or cancelled one no longer blocks.
-    """
-    other = jobs.alias("group_peer")
-    ahead = sa.or_(
-        other.c.status == JobStatus.RUNNING.value,
-        other.c.priority < jobs.c.priority,
-        sa.and_(other.c.priority == jobs.c.priority, other.c.id < jobs.c.id),
-    )
-    blocked = sa.exists().where(
-        other.c.group_key == jobs.c.group_key,
-        other.c.status.in_(sql_values(ACTIVE)),
-        other.c.id != jobs.c.id,
-        ahead,
-    )
-    return sa.or_(jobs.c.group_key.is_(None), ~blocked)
+_claim_statements: dict[tuple[bool, int | None, int | None], str] = {}
 
 
-def _candidates(
-    queues: Sequence[str] | None, job_types: Sequence[str] | None, limit: int, now: datetime
-) -> sa.Select[tuple[int]]:
-    query = sa.select(jobs.c.id).where(
-        jobs.c.status.in_(sql_values(CLAIMABLE)),
-        jobs.c.next_run_at <= sa.bindparam("claim_now", now, type_=UTCDateTime()),
-        # A row with no attempt left (written by hand or by an old bug) would break the
-        # attempts CHECK and with it every claim; leave it to the operator instead.
-        jobs.c.attempts < jobs.c.max_attempts,
-        _group_is_free(),
-    )
-    if queues is not None:
-        query = query.where(jobs.c.queue.in_(list(queues)))
-    if job_types is not None:
-        query = query.where(jobs.c.job_type.in_(list(job_types)))
-    return query.order_by(jobs.c.priority, jobs.c.next_run_at, jobs.c.id).limit(limit)
+def _claim_statement(postgresql: bool, queues: int | None, job_types: int | None) -> str:
+    """The claim SQL for this dialect and these filters (None: no filter; on SQLite the
+    count of values, each its own placeholder)."""
+    key = (postgresql, queues, job_types)
+    statement = _claim_statements.get(key)
+    if statement is not None:
+        return statement
+    filters = ""
+    if postgresql:
+        if queues is not None:
+            filters += "\n           AND c.queue = ANY(%(queues)s::text[])"
+        if job_types is not None:
+            filters += "\n           AND c.job_type = ANY(%(job_types)s::text[])"
+        statement = _POSTGRESQL_CLAIM.replace("{filters}", filters)
+    else:
+        if queues is not None:
+            marks = ", ".join(f":q{i}" for i in range(queues))
+            filters += f"\n           AND c.queue IN ({marks})"
+        if job_types is not None:
+            marks = ", ".join(f":t{i}" for i in range(job_types))
+            filters += f"\n           AND c.job_type IN ({marks})"
+        statement = _SQLITE_CLAIM.replace("{filters}", filters)
+    if len(_claim_statements) < 64:
+        _claim_statements[key] = statement
+    return statement
 
 
 def claim(
@@ -298,11 +344,9 @@ def claim(
 ) -> list[ClaimedJob]:
     """Atomically take up to `limit` due jobs, oldest first by (priority, next_run_at, id).
 
-    One statement per dialect. PostgreSQL: the candidates are picked in a CTE with
-    `FOR UPDATE SKIP LOCKED` — a CTE is evaluated exactly once, whereas a plain
-    `id IN (subquery)` may be re-evaluated and update more rows than `limit`.
-    SQLite: the caller's transaction began with `BEGIN IMMEDIATE`, so this is the only
-    writer and `UPDATE … WHERE id IN (subquery)` is safe.
+    One statement per dialect (see `_POSTGRESQL_CLAIM` and `_SQLITE_CLAIM`): the
+    candidates are picked with `FOR UPDATE SKIP LOCKED` on PostgreSQL, under the
+    transaction's write lock on SQLite. The jobs come back in that order.
 
     `attempts` is incremented here, at claim time, so a job that kills its worker every
     time still runs out of attempts. Only `job_types` this worker knows are taken.
@@ -316,45 +360,80 @@ def claim(
     now = now or db_now(conn)
     token = secrets.randbits(62)
     expires = now + timedelta(seconds=lease_seconds)
-    candidates = _candidates(queues, job_types, limit, now)
     if is_postgresql(conn):
-        picked = candidates.with_for_update(skip_locked=True, of=jobs).cte("picked")
-        target = jobs.c.id == picked.c.id
+        params: dict[str, Any] = {
+            "worker": worker_id,
+            "now": now,
+            "lease": token,
+            "expires": expires,
+            "limit": limit,
+        }
+        if queues is not None:
+            params["queues"] = list(queues)
+        if job_types is not None:
+            params["job_types"] = list(job_types)
+        statement = _claim_statement(
+            True, None if queues is None else 0, None if job_types is None else 0
+        )
+        text = conn.exec_driver_sql(statement, params).scalar()
+        rows: list[Any] = json.loads(text) if text else []
     else:
-        target = jobs.c.id.in_(candidates.scalar_subquery())
-    statement = (
-        sa.update(jobs)
-        .where(target)
-        .values(
-            status=JobStatus.RUNNING.value,
-            attempts=jobs.c.attempts + 1,
-            locked_by=worker_id,
-            locked_at=now,
-            started_at=now,
-            lease_token=token,
-            lease_expires_at=expires,
-            updated_at=now,
+        params = {
+            "worker": worker_id,
+            "now": _sqlite_time(now),
+            "lease": token,
+            "expires": _sqlite_time(expires),
+            "limit": limit,
+        }
+        for i, name in enumerate(queues or ()):
+            params[f"q{i}"] = name
+        for i, name in enumerate(job_types or ()):
+            params[f"t{i}"] = name
+        statement = _claim_statement(
+            False,
+            None if queues is None else len(queues),
+            None if job_types is None else len(job_types),
         )
-        .returning(*_CLAIM_RETURNING)
+        result = list(conn.exec_driver_sql(statement, params))
+        # RETURNING order is unspecified: hand jobs out in claim order (the stored
+        # times are fixed-width text, so they sort as they compare).
+        result.sort(key=lambda r: (r[6], r[10], r[0]))
+        rows = [(*r[:3], json.loads(r[3]), *r[4:10]) for r in result]
+    return [_claimed_job(row, token, expires, now, worker_id) for row in rows]
+
+
+def _sqlite_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime(SQLITE_TIMESTAMP_FORMAT)
+
+
+def _claimed_job(
+    row: Sequence[Any], token: int, expires: datetime, now: datetime, worker_id: str
+) -> ClaimedJob:
+    (
+        job_id,
+        job_type,
+        queue,
+        payload,
+        attempts,
+        max_attempts,
+        priority,
+        idempotency_key,
+        group_key,
+        timeout_seconds,
+    ) = row
+    return ClaimedJob(
+        id=job_id,
+        job_type=job_type,
+        queue=queue,
+        payload=payload,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        group_key=group_key,
+        timeout_seconds=timeout_seconds,
+        lease_token=token,
+        lease_expires_at=expires,
+        started_at=now,
+        worker_id=worker_id,
     )
-    # RETURNING order is unspecified: hand jobs out in claim order.
-    rows = sorted(conn.execute(statement), key=lambda r: (r.priority, r.next_run_at, r.id))
-    return [
-        ClaimedJob(
-            id=row.id,
-            job_type=row.job_type,
-            queue=row.queue,
-            payload=row.payload,
-            attempt=row.attempts,
-            max_attempts=row.max_attempts,
-            priority=row.priority,
-            idempotency_key=row.idempotency_key,
-            group_key=row.group_key,
-            timeout_seconds=row.timeout_seconds,
-            lease_token=token,
-            lease_expires_at=row.lease_expires_at,
-            started_at=now,
-            worker_id=worker_id,
-        )
-        for row in rows
-    ]
