@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import traceback
 
 from tests.chaos.driver import run_profile
 from tests.chaos.profiles import PROFILES
@@ -27,9 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (worker logs)")
     args = parser.parse_args(argv)
     seeds = args.seed or [random.randrange(1, 1_000_000)]
-    failed = [
-        seed for seed in seeds if not run_profile(PROFILES[args.profile], seed, keep=args.keep)
-    ]
+    failed = []
+    for seed in seeds:
+        try:
+            passed = run_profile(PROFILES[args.profile], seed, keep=args.keep)
+        except Exception:  # a driver crash fails this seed; the others still run
+            traceback.print_exc()
+            passed = False
+        if not passed:
+            failed.append(seed)
     if len(seeds) > 1:
         print(f"{len(seeds) - len(failed)}/{len(seeds)} seeds passed; failed: {failed or 'none'}")
     return 1 if failed else 0

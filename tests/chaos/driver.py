@@ -38,6 +38,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from shared.clock import db_now
@@ -346,7 +347,14 @@ class ChaosRun:
             self._log(f"SIGCONT worker {event.arg}")
         elif event.kind == "terminate":
             assert self.pg is not None
-            count = self.pg.terminate_backends()
+            try:
+                # While the database is frozen this cannot connect: try again later.
+                count = -1 if self.pg.paused else self.pg.terminate_backends()
+            except psycopg.Error:
+                count = -1
+            if count < 0:
+                heapq.heappush(events, Event(now + 1.0, "terminate"))
+                return
             self._log(f"pg_terminate_backend: {count} sessions")
             if count:
                 faults["backends terminated"] += 1
@@ -362,6 +370,10 @@ class ChaosRun:
         elif event.kind == "receiver_ok":
             (self.receiver if event.arg == "webhook" else self.sink).set_mode("ok")
         elif event.kind in ("pg_fast", "pg_immediate", "pause"):
+            assert self.pg is not None
+            if self.pg.paused:  # one outage at a time
+                heapq.heappush(events, Event(now + 1.0, event.kind))
+                return
             self._outage(event.kind, events, now)
         elif event.kind == "resume":
             assert self.pg is not None

@@ -153,6 +153,10 @@ class PrivatePostgres:
                 pids.append(int(entry.name))
         return pids
 
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
+
     def pause(self) -> int:
         """SIGSTOP the postmaster, then every process it started; returns how many."""
         postmaster = self.postmaster_pid()
