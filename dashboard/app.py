@@ -83,6 +83,7 @@ def init_dashboard(
     returning `dashboard.state.Identity(username, role)` for the current request (or
     None → 401); the dashboard's role checks and CSRF protection still apply.
     """
+    from dashboard import metrics
     from dashboard.web import bp
 
     settings = settings or Settings.from_env()
@@ -105,6 +106,7 @@ def init_dashboard(
     )
     templating.install(app)
     app.register_blueprint(bp, url_prefix=url_prefix)
+    app.register_blueprint(metrics.bp, url_prefix=url_prefix)
     return app
 
 

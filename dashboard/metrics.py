@@ -10,7 +10,9 @@ Registration (done by the app factory)::
     app.register_blueprint(metrics.bp)
     metrics.init_metrics(app, engine)   # optional: else the dashboard's read engine
 
-Set `JOBDESK_METRICS_TOKEN` to require `Authorization: Bearer <token>` on scrapes.
+Access fails closed: with `JOBDESK_METRICS_TOKEN` set, scrapes need
+`Authorization: Bearer <token>`; without it, only loopback clients (a Prometheus agent
+or proxy on the same host) are answered.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dashboard.auth import public
 from shared.alert_rules import RULE_TYPES
 from shared.clock import db_now
 from shared.metrics_queries import (
@@ -43,6 +46,7 @@ from shared.states import JobStatus
 bp = Blueprint("metrics", __name__)
 
 EXTENSION_KEY = "jobdesk_metrics"
+LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 BREAKER_STATES = ("closed", "open", "half_open")
 
 
@@ -147,9 +151,16 @@ def _engine_and_settings() -> tuple[sa.Engine, Settings]:
 
 
 @bp.get("/metrics")
+@public  # not an operator page: guarded by the bearer token / loopback check below
 def metrics() -> Response:
     engine, settings = _engine_and_settings()
     token = settings.extra.get("metrics_token", "")
+    if not token and request.remote_addr not in LOOPBACK_ADDRESSES:
+        return Response(
+            "metrics: set JOBDESK_METRICS_TOKEN to allow scrapes from other hosts\n",
+            status=403,
+            mimetype="text/plain",
+        )
     if token:
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):

@@ -93,9 +93,17 @@ def test_database_trouble_is_a_503_not_a_crash(tmp_path: Path) -> None:
 
 def test_works_inside_the_dashboard_app_with_its_read_engine(engine: sa.Engine) -> None:
     settings = Settings(secret_key=secrets.token_urlsafe(48))
-    app = create_app(settings, engine)
-    app.register_blueprint(metrics.bp)  # what the factory will do
+    app = create_app(settings, engine)  # the factory registers /metrics
     with engine.begin() as conn:
         make_job(conn, queue="email")
     samples = scrape(app)
     assert samples[("jobdesk_jobs", (("queue", "email"), ("status", "queued")))] == 1
+
+
+def test_without_a_token_only_loopback_clients_are_answered(engine: sa.Engine) -> None:
+    settings = Settings(secret_key=secrets.token_urlsafe(48))
+    client = create_app(settings, engine).test_client()
+    remote = client.get("/metrics", environ_base={"REMOTE_ADDR": "10.1.2.3"})
+    assert remote.status_code == 403
+    assert "JOBDESK_METRICS_TOKEN" in remote.get_data(as_text=True)
+    assert client.get("/metrics", environ_base={"REMOTE_ADDR": "127.0.0.1"}).status_code == 200

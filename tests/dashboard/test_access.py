@@ -40,6 +40,7 @@ EXPECTED_ROLES = {
     "jobdesk.workers.index": "viewer",
     "jobdesk.health.healthz": "public",
     "jobdesk.health.readyz": "public",
+    "metrics.metrics": "public",  # its own bearer-token / loopback check
     "jobdesk.login.login": "public",
     "jobdesk.login.login_submit": "public",
     "jobdesk.login.logout": "viewer",
