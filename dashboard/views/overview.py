@@ -15,10 +15,10 @@ from dashboard.state import get_state
 from shared import alerts as alert_store
 from shared.dead_letters import dead_trend, unresolved_dead_count
 from shared.errors import ValidationError
-from shared.fleet import list_workers
 from shared.leader import LEADER, current_lease
 from shared.states import JobStatus
 from shared.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
+from shared.worker_registry import list_workers
 
 bp = Blueprint("overview", __name__)
 

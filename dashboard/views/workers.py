@@ -10,8 +10,8 @@ from flask import Blueprint
 from dashboard import auth, db
 from dashboard.htmx import render
 from dashboard.state import get_state
-from shared.fleet import list_workers
 from shared.leader import LEADER, current_lease
+from shared.worker_registry import list_workers
 
 bp = Blueprint("workers", __name__)
 #: Skew beyond this is flagged (leases and backoff use the database clock, but logs and
