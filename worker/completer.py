@@ -15,8 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
@@ -35,12 +35,26 @@ MAX_BATCH = 1000
 PolicyFor = Callable[[str], RetryPolicy]
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(NamedTuple):
     """What one outcome did to its job: the new status, or None when fenced."""
 
     outcome: Outcome
     status: JobStatus | None
+
+    @property
+    def label(self) -> str:
+        """How the attempt ended, for metrics: succeeded, failed, dead, timeout, snoozed,
+        released or fenced (lease lost: nothing was written)."""
+        if self.status is None:
+            return "fenced"
+        kind = self.outcome.kind
+        if kind in (Kind.FAILED, Kind.RETRY_AFTER, Kind.PERMANENT):
+            return self.status.value
+        return kind.value
+
+
+#: `record(job_type, outcome_label, seconds)` — e.g. `worker.metrics.record_outcome`.
+RecordOutcome = Callable[[str, str, float], None]
 
 
 def apply_outcomes(
@@ -50,14 +64,14 @@ def apply_outcomes(
     applied: list[Applied] = []
     successes = [o for o in outcomes if o.kind is Kind.SUCCEEDED]
     if successes:
+        completion = transitions.Completion
         done = set(
             transitions.complete_many(
-                conn, [transitions.Completion(o.job.ref, o.result) for o in successes], now=now
+                conn, [completion(o.job.ref, o.result) for o in successes], now=now
             )
         )
-        applied.extend(
-            Applied(o, JobStatus.SUCCEEDED if o.job.id in done else None) for o in successes
-        )
+        succeeded = JobStatus.SUCCEEDED
+        applied.extend([Applied(o, succeeded if o.job.id in done else None) for o in successes])
     for outcome in outcomes:
         if outcome.kind is not Kind.SUCCEEDED:
             applied.append(Applied(outcome, _apply_one(conn, outcome, now, policy_for)))
@@ -144,8 +158,10 @@ class Completer(threading.Thread):
         policy_for: PolicyFor,
         worker_id: str,
         on_written: Callable[[list[Attempt]], None],
+        record_outcome: RecordOutcome | None = None,
     ) -> None:
         super().__init__(name="jobdesk-completer", daemon=True)
+        self._record_outcome = record_outcome
         self._engine = engine
         self._clock = clock
         self._policy_for = policy_for
@@ -220,6 +236,10 @@ class Completer(threading.Thread):
                         extra={"action": "completer_dropped", "job_id": attempt.job.id},
                     )
         log_applied(applied, self._worker_id)
+        if self._record_outcome is not None:
+            record = self._record_outcome
+            for item in applied:
+                record(item.outcome.job.job_type, item.label, item.outcome.duration)
         self._on_written(batch)
         with self._idle:
             self._pending -= len(batch)

@@ -24,6 +24,7 @@ handler threads were stuck past their timeout (see `worker.pool`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -50,7 +51,7 @@ from shared.worker_registry import (
     register_worker,
 )
 from worker import failpoints
-from worker.completer import Completer
+from worker.completer import Completer, RecordOutcome
 from worker.config import SlotGroup, WorkerConfig
 from worker.executor import Attempt, execute, make_attempt
 from worker.heartbeat import Heartbeat
@@ -81,6 +82,27 @@ def _version() -> str:
         return "unknown"
 
 
+#: Net allocations between young-generation collections once the worker runs (default
+#: 700). The hot path allocates a few objects per job and frees them by reference
+#: counting; the collector mostly finds nothing.
+GC_GEN0_THRESHOLD = 20_000
+
+
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector off the hot path of a worker process.
+
+    Everything alive after start-up (modules, SQLAlchemy metadata, job types) stays alive
+    for the life of the process; `gc.freeze()` moves it out of the collector's sight, so
+    a full collection no longer walks ~100k objects (measured: 2 full collections cost
+    370 ms while draining 20k jobs, ~18 µs per job; 3 ms frozen). Collections are also
+    made rarer. Only for a process the runner owns (the `jobdesk worker` command).
+    """
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
 class Runner:
     """One worker process's runtime. `run()` blocks until shutdown; returns the exit code."""
 
@@ -94,6 +116,8 @@ class Runner:
         handler_engine: sa.Engine | None = None,
         worker_id: str | None = None,
         install_signals: bool = True,
+        record_outcome: RecordOutcome | None = None,
+        tune_gc: bool = False,
     ) -> None:
         self.engine = engine
         self.handler_engine = handler_engine or engine
@@ -102,6 +126,7 @@ class Runner:
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
+        self.tune_gc = tune_gc
         self.job_types = registry.names()
         self.clock = DatabaseClock(engine)
         self.exit_code = EXIT_OK
@@ -136,6 +161,7 @@ class Runner:
             policy_for=registry.policy_for,
             worker_id=self.worker_id,
             on_written=self._on_written,
+            record_outcome=record_outcome,
         )
         self.heartbeat = Heartbeat(
             engine,
@@ -167,6 +193,8 @@ class Runner:
             self._install_signal_handlers()
         if not self._start():
             return self.exit_code
+        if self.tune_gc:
+            _tune_gc()
         try:
             self._dispatch_loop()
         finally:
@@ -331,6 +359,9 @@ class Runner:
 
     def _claim(self, group: SlotGroup, limit: int) -> list[Any] | None:
         try:
+            # The database clock without a round trip (before BEGIN: it may need its own
+            # connection to resync).
+            now = self.clock.now()
             with self._claim_conn.begin() as conn:
                 jobs = claim(
                     conn,
@@ -339,6 +370,7 @@ class Runner:
                     queues=group.queues,
                     job_types=self.job_types,
                     lease_seconds=self.config.lease_seconds,
+                    now=now,
                 )
         except DB_ERRORS as exc:
             delay = self._claim_backoff.next()
@@ -402,12 +434,8 @@ class Runner:
             for attempt in batch:
                 if self._held.get(attempt.job.id) is attempt:
                     del self._held[attempt.job.id]
-        unblocked: set[str] = set()
-        for attempt in batch:
-            if attempt.outcome is not None:
-                self.outcomes[attempt.outcome.kind.value] += 1
-            if attempt.job.group_key is not None:
-                unblocked.add(attempt.job.queue)
+        self.outcomes.update([a.outcome.kind.value for a in batch if a.outcome is not None])
+        unblocked = {a.job.queue for a in batch if a.job.group_key is not None}
         if unblocked:
             # The next job of each finished job's group just became claimable.
             self._on_queues(sorted(unblocked))

@@ -153,6 +153,7 @@ def worker(
         config=config,
         settings=settings,
         handler_engine=handler_engine,
+        tune_gc=True,
     )
     code = runner.run()
     engine.dispose()
