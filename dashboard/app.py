@@ -14,6 +14,8 @@ from shared.db import make_engine
 from shared.settings import Settings
 
 MIN_SECRET_KEY_CHARS = 32
+#: Text that marks a key copied from an example file rather than generated.
+_PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "your-secret")
 _PLACEHOLDER_KEYS = frozenset(
     {
         "changeme",
@@ -46,7 +48,9 @@ def check_secret_key(key: str) -> str:
     )
     if not key:
         raise SecretKeyError(f"JOBDESK_SECRET_KEY is not set; {hint}")
-    if key.strip().lower() in _PLACEHOLDER_KEYS or len(set(key)) < 8:
+    lowered = key.strip().lower()
+    placeholder = lowered in _PLACEHOLDER_KEYS or any(m in lowered for m in _PLACEHOLDER_MARKERS)
+    if placeholder or len(set(key)) < 8:
         raise SecretKeyError(f"JOBDESK_SECRET_KEY is a placeholder value; {hint}")
     if len(key) < MIN_SECRET_KEY_CHARS:
         raise SecretKeyError(

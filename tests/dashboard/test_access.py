@@ -250,6 +250,7 @@ def test_trusted_proxy_header_only_from_trusted_addresses(
     [
         ("", "not set"),
         ("changeme", "placeholder"),
+        ("change-me-to-64-random-characters", "placeholder"),
         ("a" * 40, "placeholder"),
         ("short-but-random-Key1", "at least 32"),
     ],
