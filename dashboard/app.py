@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from flask import Flask, render_template
 
 from dashboard import templating
+from dashboard.proxy import ForwardedFor, trusted_proxies
 from dashboard.security import SessionInterface, apply_headers
 from dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from shared.db import make_engine
@@ -128,6 +129,8 @@ def create_app(
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
     app.after_request(apply_headers)
+    proxies = trusted_proxies(settings.extra.get("forwarded_allow_ips"))
+    app.wsgi_app = ForwardedFor(app.wsgi_app, proxies)  # type: ignore[method-assign]
 
     @app.errorhandler(404)
     def _not_found(_error: Exception) -> tuple[str, int]:
