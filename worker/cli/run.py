@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import click
 
 from worker.cli.app import cli, engine_from, user_errors
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
+    from worker.completer import RecordOutcome
 
 
 @cli.command("worker")
@@ -75,6 +83,16 @@ from worker.cli.app import cli, engine_from, user_errors
     help="'debug' adds one line per succeeded job (other outcomes are logged at info). "
     "(env JOBDESK_LOG_LEVEL)",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="JOBDESK_WORKER_METRICS_PORT",
+    metavar="PORT",
+    help="Serve this process's Prometheus metrics (jobs finished by type and outcome, "
+    "attempt durations) on this port; 0 picks a free one. Bound to "
+    "JOBDESK_WORKER_METRICS_HOST (default 127.0.0.1). Off unless set. "
+    "(env JOBDESK_WORKER_METRICS_PORT)",
+)
 @click.pass_context
 @user_errors
 def worker(
@@ -87,6 +105,7 @@ def worker(
     lease: float | None,
     log_format: str | None,
     log_level: str,
+    metrics_port: int | None,
 ) -> None:
     """Run jobs: claim due jobs of the registered types, run them with timeouts and
     retries, until SIGTERM or SIGINT (graceful: running jobs finish or are released;
@@ -147,15 +166,49 @@ def worker(
             "database may wait for one",
             err=True,
         )
-    runner = Runner(
-        engine,
-        registry=registry,
-        config=config,
-        settings=settings,
-        handler_engine=handler_engine,
-        tune_gc=True,
-    )
-    code = runner.run()
+    with _metrics(settings, metrics_port) as record_outcome:
+        runner = Runner(
+            engine,
+            registry=registry,
+            config=config,
+            settings=settings,
+            handler_engine=handler_engine,
+            tune_gc=True,
+            record_outcome=record_outcome,
+        )
+        code = runner.run()
     engine.dispose()
     handler_engine.dispose()
     ctx.exit(code)
+
+
+@contextlib.contextmanager
+def _metrics(settings: Settings, port: int | None) -> Iterator[RecordOutcome | None]:
+    """Serve metrics while the worker runs, when a port is configured; yields the
+    completer's hook (None: metrics off, nothing is recorded)."""
+    from worker.metrics import DEFAULT_HOST, metrics_address, record_outcome, start_metrics_server
+
+    address = metrics_address(settings)  # validates the environment variables
+    if port is not None:
+        address = (settings.extra.get("worker_metrics_host", "").strip() or DEFAULT_HOST, port)
+    if address is None:
+        yield None
+        return
+    host, port = address
+    try:
+        server = start_metrics_server(port, host)
+    except OSError as exc:
+        raise click.ClickException(
+            f"--metrics-port / JOBDESK_WORKER_METRICS_PORT: cannot listen on {host}:{port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    logging.getLogger("jobdesk.worker").info(
+        "metrics on http://%s:%d/metrics",
+        host,
+        server.port,
+        extra={"action": "metrics_listening", "host": host, "port": server.port},
+    )
+    try:
+        yield record_outcome
+    finally:
+        server.stop()
