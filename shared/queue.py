@@ -259,8 +259,15 @@ _CLAIM_SET = f"""status = '{_RUNNING}', attempts = attempts + 1, locked_by = {{w
        locked_at = {{now}}, started_at = {{now}}, lease_token = {{lease}},
        lease_expires_at = {{expires}}, updated_at = {{now}}"""
 
-# Placeholders per driver: psycopg's `%(name)s`, sqlite3's `:name`.
-_PG_PARAMS = {name: f"%({name})s" for name in ("worker", "now", "lease", "expires")}
+# Placeholders per driver: psycopg's `%(name)s`, sqlite3's `:name`. On PostgreSQL a
+# NULL `now` means the database clock, read by the statement itself (no round trip, and
+# exact: a job enqueued just before is never "not yet due" by a clock estimate's error).
+_PG_NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
+_PG_EXPIRES = (
+    "COALESCE(%(expires)s::timestamptz, "
+    "statement_timestamp() + make_interval(secs => %(lease_seconds)s))"
+)
+_PG_PARAMS = {"worker": "%(worker)s", "now": _PG_NOW, "lease": "%(lease)s", "expires": _PG_EXPIRES}
 _SQLITE_PARAMS = {name: f":{name}" for name in ("worker", "now", "lease", "expires")}
 
 # Returned columns, in the order `_claimed_job` reads them.
@@ -279,14 +286,15 @@ WITH claimed AS (
     UPDATE jobs SET {_CLAIM_SET.format_map(_PG_PARAMS)}
      WHERE id = ANY(ARRAY(
            SELECT c.id FROM jobs AS c
-            WHERE {_CANDIDATE_WHERE.format(now="%(now)s", filters="{filters}")}
+            WHERE {_CANDIDATE_WHERE.format(now=_PG_NOW, filters="{filters}")}
             ORDER BY c.priority, c.next_run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED))
     RETURNING {_CLAIM_COLUMNS}, next_run_at
 )
 SELECT json_agg(json_build_array({_CLAIM_COLUMNS})
-                ORDER BY priority, next_run_at, id)::text
+                ORDER BY priority, next_run_at, id)::text,
+       {_PG_NOW}, {_PG_EXPIRES}
   FROM claimed
 """
 
@@ -346,7 +354,8 @@ def claim(
 
     One statement per dialect (see `_POSTGRESQL_CLAIM` and `_SQLITE_CLAIM`): the
     candidates are picked with `FOR UPDATE SKIP LOCKED` on PostgreSQL, under the
-    transaction's write lock on SQLite. The jobs come back in that order.
+    transaction's write lock on SQLite. The jobs come back in that order. Without `now`
+    the database clock decides what is due (on PostgreSQL read by the claim itself).
 
     `attempts` is incremented here, at claim time, so a job that kills its worker every
     time still runs out of attempts. Only `job_types` this worker knows are taken.
@@ -357,15 +366,14 @@ def claim(
         or (job_types is not None and not job_types)
     ):
         return []
-    now = now or db_now(conn)
     token = secrets.randbits(62)
-    expires = now + timedelta(seconds=lease_seconds)
     if is_postgresql(conn):
         params: dict[str, Any] = {
             "worker": worker_id,
             "now": now,
             "lease": token,
-            "expires": expires,
+            "expires": None if now is None else now + timedelta(seconds=lease_seconds),
+            "lease_seconds": float(lease_seconds),
             "limit": limit,
         }
         if queues is not None:
@@ -375,9 +383,12 @@ def claim(
         statement = _claim_statement(
             True, None if queues is None else 0, None if job_types is None else 0
         )
-        text = conn.exec_driver_sql(statement, params).scalar()
+        text, started, expires = conn.exec_driver_sql(statement, params).one()
+        now, expires = started.astimezone(UTC), expires.astimezone(UTC)
         rows: list[Any] = json.loads(text) if text else []
     else:
+        now = now or db_now(conn)
+        expires = now + timedelta(seconds=lease_seconds)
         params = {
             "worker": worker_id,
             "now": _sqlite_time(now),

@@ -142,6 +142,21 @@ def test_claim_uses_the_database_clock_by_default(engine: sa.Engine) -> None:
         assert [job.id for job in claim(conn, worker_id="w", limit=10)] == [due]
 
 
+def test_database_clock_claim_reports_the_stored_lease_times(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        first, second = make_job(conn), make_job(conn)
+    with engine.begin() as conn:
+        got = claim(conn, worker_id="w", limit=10, lease_seconds=12.5)
+    assert [job.id for job in got] == [first, second]
+    with engine.connect() as conn:
+        rows = [job_row(conn, job_id) for job_id in (first, second)]
+    for job, row in zip(got, rows, strict=True):
+        assert job.started_at.utcoffset() == timedelta(0)
+        assert (job.started_at, job.lease_expires_at) == (row.started_at, row.lease_expires_at)
+        assert job.lease_expires_at - job.started_at == timedelta(seconds=12.5)
+        assert abs(job.started_at - datetime.now(UTC)) < timedelta(minutes=1)
+
+
 # -- groups: at most one running job per group_key, in order ------------------------------
 
 

@@ -359,9 +359,6 @@ class Runner:
 
     def _claim(self, group: SlotGroup, limit: int) -> list[Any] | None:
         try:
-            # The database clock without a round trip (before BEGIN: it may need its own
-            # connection to resync).
-            now = self.clock.now()
             with self._claim_conn.begin() as conn:
                 jobs = claim(
                     conn,
@@ -370,7 +367,9 @@ class Runner:
                     queues=group.queues,
                     job_types=self.job_types,
                     lease_seconds=self.config.lease_seconds,
-                    now=now,
+                    # No `now`: the claim reads the database clock itself (PostgreSQL: in
+                    # the same statement), exact where an estimate could make a job
+                    # enqueued a moment ago look not yet due.
                 )
         except DB_ERRORS as exc:
             delay = self._claim_backoff.next()
