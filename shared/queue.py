@@ -25,9 +25,10 @@ from shared.db import is_postgresql
 from shared.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
 from shared.errors import ValidationError
 from shared.job_types import defaults_for
+from shared.models import jobs
 from shared.settings import Settings
 from shared.sqltypes import SQLITE_TIMESTAMP_FORMAT
-from shared.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
+from shared.states import JobStatus
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -234,8 +235,20 @@ class JobRef:
 # The claim is the worker's hot path: its SQL is written out once per shape (which
 # filters are present) and sent through `exec_driver_sql`, like `enqueue_sql` does for
 # enqueue, instead of compiling a Core statement per call.
-_CLAIMABLE_SQL = ", ".join(f"'{status}'" for status in sql_values(CLAIMABLE))
-_ACTIVE_SQL = ", ".join(f"'{status}'" for status in sql_values(ACTIVE))
+
+
+def _index_predicate(name: str) -> str:
+    """The WHERE of one of the `jobs` partial indexes, as written in the model."""
+    (index,) = (i for i in jobs.indexes if i.name == name)
+    return str(index.dialect_options["sqlite"]["where"])
+
+
+# The claim repeats the partial indexes' predicates verbatim (unqualified: they bind to
+# the innermost `jobs`): SQLite uses a partial index only for a query whose WHERE has the
+# very same term — `status IN ('failed', 'queued')` does not imply an index on
+# `status IN ('queued', 'failed')`. A test checks they still name the intended states.
+_CLAIMABLE_SQL = _index_predicate("ix_jobs_claimable_any_queue")
+_ACTIVE_GROUP_SQL = _index_predicate("ix_jobs_active_group")
 _RUNNING = JobStatus.RUNNING.value
 
 # A job with no group, or the head of a group with nothing running: within a group, jobs
@@ -244,14 +257,14 @@ _RUNNING = JobStatus.RUNNING.value
 # first so ungrouped candidates never run the subquery (EXPLAIN: "never executed").
 _GROUP_IS_FREE = f"""(c.group_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM jobs AS peer
-             WHERE peer.group_key = c.group_key AND peer.status IN ({_ACTIVE_SQL})
+             WHERE peer.group_key = c.group_key AND {_ACTIVE_GROUP_SQL}
                AND peer.id <> c.id
                AND (peer.status = '{_RUNNING}' OR peer.priority < c.priority
                     OR (peer.priority = c.priority AND peer.id < c.id))))"""
 
 # A row with no attempt left (written by hand or by an old bug) would break the attempts
 # CHECK and with it every claim; `attempts < max_attempts` leaves it to the operator.
-_CANDIDATE_WHERE = f"""c.status IN ({_CLAIMABLE_SQL}) AND c.next_run_at <= {{now}}
+_CANDIDATE_WHERE = f"""{_CLAIMABLE_SQL} AND c.next_run_at <= {{now}}
            AND c.attempts < c.max_attempts{{filters}}
            AND {_GROUP_IS_FREE}"""
 
@@ -303,7 +316,7 @@ SELECT json_agg(json_build_array({_CLAIM_COLUMNS})
 _SQLITE_CLAIM = f"""
 UPDATE jobs SET {_CLAIM_SET.format_map(_SQLITE_PARAMS)}
  WHERE id IN (
-       SELECT c.id FROM jobs AS c
+       SELECT c.id FROM jobs AS c INDEXED BY {{index}}
         WHERE {_CANDIDATE_WHERE.format(now=":now", filters="{filters}")}
         ORDER BY c.priority, c.next_run_at, c.id
         LIMIT :limit)
@@ -334,7 +347,11 @@ def _claim_statement(postgresql: bool, queues: int | None, job_types: int | None
         if job_types is not None:
             marks = ", ".join(f":t{i}" for i in range(job_types))
             filters += f"\n           AND c.job_type IN ({marks})"
-        statement = _SQLITE_CLAIM.replace("{filters}", filters)
+        # Without planner statistics SQLite would rather fetch every claimable row by
+        # status and sort them (30 ms per claim at a 100k backlog, against 0.8 ms
+        # walking the claim-order index and stopping at `limit`).
+        index = "ix_jobs_claimable_any_queue" if queues is None else "ix_jobs_claimable"
+        statement = _SQLITE_CLAIM.replace("{filters}", filters).replace("{index}", index)
     if len(_claim_statements) < 64:
         _claim_statements[key] = statement
     return statement

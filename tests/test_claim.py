@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,7 +10,7 @@ import sqlalchemy as sa
 
 from shared.models import jobs
 from shared.queue import ClaimedJob, claim
-from shared.states import JobStatus
+from shared.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from shared.transitions import complete, fail
 from tests.factories import job_row, make_job
 
@@ -218,3 +219,16 @@ def test_database_refuses_a_second_running_job_in_a_group(engine: sa.Engine) -> 
         conn.rollback()
     with engine.connect() as conn, pytest.raises(sa.exc.IntegrityError):
         make_job(conn, group_key="g", status="running", attempts=1)
+
+
+def test_claim_sql_repeats_the_partial_index_predicates_for_the_right_states() -> None:
+    # The claim copies the partial indexes' WHERE text so SQLite's planner can use them;
+    # this keeps those predicates naming exactly the claimable / active states.
+    from shared import queue
+
+    def states(sql: str) -> set[str]:
+        return set(re.findall(r"'(\w+)'", sql))
+
+    assert states(queue._CLAIMABLE_SQL) == set(sql_values(CLAIMABLE))
+    assert states(queue._ACTIVE_GROUP_SQL) == set(sql_values(ACTIVE))
+    assert "group_key IS NOT NULL" in queue._ACTIVE_GROUP_SQL
