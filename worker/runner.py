@@ -142,7 +142,14 @@ class Runner:
         self._claim_backoff = Backoff()
         self._claim_retry_at = 0.0
         self._claim_outage = OutageLog(log, "claim")
-        self._claim_conn = HeldConnection(engine)
+        # PostgreSQL: a claim is ONE statement, atomic on its own; in autocommit it runs
+        # and commits in one round trip instead of three (BEGIN, claim, COMMIT).
+        # SQLite keeps its `BEGIN IMMEDIATE` transaction (the claim reads the clock first).
+        self._claim_conn = HeldConnection(
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if is_postgresql(engine)
+            else engine
+        )
         self.claimed_total = 0
         self.outcomes: Counter[str] = Counter()
         self.pools: dict[str, SlotPool] = {
