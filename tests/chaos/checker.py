@@ -24,8 +24,8 @@ import sqlalchemy as sa
 
 from shared.models import job_attempts, jobs
 from shared.states import JobStatus
-from tests.chaos.jobmods import chaos_effects, chaos_once
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
+from tests.chaos.tables import chaos_effects, chaos_once
 
 OK_CLASSES = ("succeeded once", "succeeded after a caught duplicate", "dead as planted")
 

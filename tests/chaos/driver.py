@@ -51,10 +51,10 @@ from shared.settings import Settings
 from shared.states import ACTIVE, sql_values
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
-from tests.chaos.jobmods import MAX_ATTEMPTS, metadata
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
+from tests.chaos.tables import MAX_ATTEMPTS, metadata
 from worker.failpoints import NAMES as FAILPOINT_NAMES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,31 +27,12 @@ from shared.db import is_postgresql
 from shared.effects import find_effect, record_effect
 from shared.errors import PermanentError
 from shared.retry import ExponentialBackoff, RetryPolicy
+from tests.chaos.tables import MAX_ATTEMPTS, QUEUE, chaos_effects, chaos_once
 from worker import job
 from worker.context import JobContext
 from worker.registry import registry
 
 FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=2))
-MAX_ATTEMPTS = 25
-QUEUE = "chaos"
-
-metadata = sa.MetaData()
-chaos_effects = sa.Table(
-    "chaos_effects",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("key", sa.String(200), nullable=False, index=True),
-    sa.Column("job_id", sa.BigInteger, nullable=False),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("worker", sa.String(200), nullable=False),
-)
-chaos_once = sa.Table(
-    "chaos_once",
-    metadata,
-    sa.Column("key", sa.String(200), primary_key=True),
-    sa.Column("deliveries", sa.Integer, nullable=False),
-)
-
 for _name in ("email.send", "webhook.deliver"):
     _builtin = registry.get(_name)
     if _builtin is not None:

@@ -25,9 +25,9 @@ import sqlalchemy as sa
 from shared.models import job_attempts
 from tests.chaos.checker import Planned, check
 from tests.chaos.driver import ChaosRun
-from tests.chaos.jobmods import chaos_effects, chaos_once, metadata
 from tests.chaos.profiles import PROFILES
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
+from tests.chaos.tables import chaos_effects, chaos_once, metadata
 from tests.factories import make_job
 from worker import failpoints
 

@@ -204,8 +204,10 @@ def live_server(db_url: str, engine: sa.Engine) -> Iterator[tuple[str, Seeded]]:
         app.extensions["jobdesk"].dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    # Package scope: Playwright's sync API runs an event loop on this thread while it
+    # is open, which later synchronous tests (Django, FastAPI guides) must not see.
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
     from playwright.sync_api import sync_playwright
