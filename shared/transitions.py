@@ -118,11 +118,17 @@ WITH batch AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS worker,
            NULLIF(e->3, 'null'::jsonb) AS result
       FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+), locked AS (
+    -- Row locks in id order: heartbeats lock overlapping sets of running jobs, and two
+    -- multi-row updates that lock in different orders can deadlock.
+    SELECT jobs.id FROM jobs JOIN batch ON jobs.id = batch.id
+     WHERE jobs.status = '{R.value}' AND jobs.lease_token = batch.token
+     ORDER BY jobs.id FOR NO KEY UPDATE OF jobs
 ), done AS (
     UPDATE jobs SET {_SUCCEEDED_SET.format(now="%(now)s", result="batch.result")}
       FROM batch
-     WHERE jobs.id = batch.id AND jobs.status = '{R.value}'
-       AND jobs.lease_token = batch.token
+     WHERE jobs.id = batch.id AND jobs.id IN (SELECT id FROM locked)
+       AND jobs.status = '{R.value}' AND jobs.lease_token = batch.token
     RETURNING jobs.id, jobs.attempts, jobs.started_at, batch.worker
 ), attempts AS (
     INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
@@ -275,12 +281,23 @@ def extend_lease(
     if not refs:
         return []
     pairs = [(ref.id, ref.lease_token) for ref in refs]
+    held = sa.and_(
+        jobs.c.status == JobStatus.RUNNING.value,
+        sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
+    )
+    if is_postgresql(conn):
+        # Lock in id order, like the completer, so the two never deadlock.
+        locked = (
+            sa.select(jobs.c.id)
+            .where(held)
+            .order_by(jobs.c.id)
+            .with_for_update(key_share=True)
+            .cte("locked")
+        )
+        held = jobs.c.id.in_(sa.select(locked.c.id))
     result = conn.execute(
         sa.update(jobs)
-        .where(
-            jobs.c.status == JobStatus.RUNNING.value,
-            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
-        )
+        .where(held)
         .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
         .returning(jobs.c.id)
     )
