@@ -27,35 +27,26 @@ import random
 import re
 import socket
 import struct
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from email import message_from_bytes
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from aiosmtpd.controller import Controller
 
 from shared.webhook_signing import WebhookVerificationError, verify
 from tests.chaos.pgserver import free_port
+from tests.local_http import LocalPostServer
 
 WEBHOOK_MODES = ("ok", "slow", "failing", "resetting")
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A worker killed mid-request resets its connection: expected here, not news.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 SMTP_MODES = ("ok", "tempfail", "drop")
 
 
-class WebhookReceiver:
+class WebhookReceiver(LocalPostServer):
     def __init__(self, rng: random.Random) -> None:
         self.secrets: list[str] = []
         self.mode = "ok"
@@ -69,33 +60,7 @@ class WebhookReceiver:
         self.aborted = 0
         self.rejected = 0
         self.answers: Counter[str] = Counter()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def do_POST(self) -> None:
-                receiver._handle(self)
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def start(self) -> WebhookReceiver:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def set_mode(self, mode: str) -> None:
         assert mode in WEBHOOK_MODES, mode

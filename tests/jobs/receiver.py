@@ -25,10 +25,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from shared.webhook_signing import WebhookVerificationError, verify
+from tests.local_http import LocalPostServer
 
 BIG_BODY = b"x" * (10 * 1024 * 1024)
 
@@ -44,7 +45,7 @@ class Seen:
     host: str = ""
 
 
-class Receiver:
+class Receiver(LocalPostServer):
     def __init__(self) -> None:
         self.secrets: list[str] = []
         self.seen: list[Seen] = []
@@ -53,34 +54,7 @@ class Receiver:
         self.lock = threading.Lock()
         self.on_apply: dict[str, Any] = {}
         """path → callable run once the event is applied, before answering (fault hook)."""
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def do_POST(self) -> None:
-                receiver._handle(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def start(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def ids_seen(self, path: str | None = None) -> list[str]:
         with self.lock:

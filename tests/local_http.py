@@ -1,0 +1,57 @@
+"""A threaded HTTP server on 127.0.0.1 for test receivers (webhooks, fault injection).
+
+Subclasses implement `_handle(request_handler)` for POSTs; this class owns the socket,
+the serving thread and start/stop, so every receiver starts and stops the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+
+class QuietThreadingServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request resets its connection: expected in these tests.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class LocalPostServer:
+    """Serves POST requests on a free loopback port by calling `self._handle(handler)`."""
+
+    def __init__(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                receiver._handle(self)
+
+        self.server = QuietThreadingServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def _handle(self, request: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
