@@ -28,7 +28,7 @@ class MaintenanceTask:
 
 
 TASKS: list[MaintenanceTask] = [
-    MaintenanceTask("reaper", reaper.interval_seconds, reaper.run_once),
+    MaintenanceTask("reaper", reaper.interval_seconds, reaper.scheduled_run),
     MaintenanceTask("worker_pruner", worker_pruner.interval_seconds, worker_pruner.run_once),
     MaintenanceTask("alerter", alerter.interval_seconds, alerter.run_once),
     MaintenanceTask("pruner", pruner.interval_seconds, pruner.run_once),
