@@ -45,6 +45,23 @@ class LocalPostServer:
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _reply(
+        request: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            request.send_response(status)
+            for name, value in (headers or {}).items():
+                request.send_header(name, value)
+            request.send_header("Content-Length", str(len(body)))
+            request.end_headers()
+            request.wfile.write(body)
+        except OSError:
+            pass  # the client stopped reading or gave up waiting: expected in these tests
+
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 

@@ -131,23 +131,6 @@ class WebhookReceiver(LocalPostServer):
             time.sleep(self._rng.uniform(0.5, 2.0))
         self._reply(request, 200, b"ok")
 
-    @staticmethod
-    def _reply(
-        request: BaseHTTPRequestHandler,
-        status: int,
-        body: bytes,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        try:
-            request.send_response(status)
-            for name, value in (headers or {}).items():
-                request.send_header(name, value)
-            request.send_header("Content-Length", str(len(body)))
-            request.end_headers()
-            request.wfile.write(body)
-        except OSError:
-            pass  # the worker gave up waiting (timeout): it will retry
-
 
 _KEY_LINE = re.compile(rb"key=(\S+)")
 

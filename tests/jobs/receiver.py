@@ -125,20 +125,3 @@ class Receiver(LocalPostServer):
         }
         status, payload, extra = answers.get(path, (404, b"no such path", {}))
         self._reply(request, status, payload, extra)
-
-    @staticmethod
-    def _reply(
-        request: BaseHTTPRequestHandler,
-        status: int,
-        body: bytes,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        try:
-            request.send_response(status)
-            for key, value in (headers or {}).items():
-                request.send_header(key, value)
-            request.send_header("Content-Length", str(len(body)))
-            request.end_headers()
-            request.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client stopped reading (capped body): expected
