@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from worker import job
-from worker.context import JobContext
+from jobdesk import job
+from jobdesk.worker.context import JobContext
 
 
 @job("bench.noop", queue="bench", max_attempts=3, timeout=30)

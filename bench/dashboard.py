@@ -39,10 +39,10 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.db import make_engine  # noqa: E402
-from shared.masking import fingerprint  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.operators import add_operator  # noqa: E402
+from jobdesk.shared.core.db import make_engine  # noqa: E402
+from jobdesk.shared.core.masking import fingerprint  # noqa: E402
+from jobdesk.shared.migrate import upgrade  # noqa: E402
+from jobdesk.shared.operator.accounts import add_operator  # noqa: E402
 
 PG_ADMIN = os.environ.get(
     "JOBDESK_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -287,11 +287,14 @@ def p95(values: list[float]) -> float:
 
 def slowest_statement(url: str, fp: str) -> tuple[float, str, Any]:
     """Run the pages' shared queries in-process and return the slowest statement."""
-    from shared.clock import db_now
-    from shared.dead_letters import dead_groups, dead_trend, unresolved_dead_count
-    from shared.filters import JobFilters
-    from shared.queries import list_jobs
-    from shared.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
+    from jobdesk.shared.core.clock import db_now
+    from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend, unresolved_dead_count
+    from jobdesk.shared.operator.filters import JobFilters
+    from jobdesk.shared.operator.queries import list_jobs
+    from jobdesk.shared.operator.stats import (
+        counts_by_status_queue_type,
+        oldest_queued_age_by_queue,
+    )
 
     engine = make_engine(url, sqlite_begin="DEFERRED")
     seen: list[tuple[float, str, Any]] = []

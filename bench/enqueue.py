@@ -35,10 +35,10 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from shared.db import make_engine
-from shared.migrate import upgrade
-from shared.queue import NewJob, enqueue, enqueue_many
-from shared.settings import Settings
+from jobdesk import NewJob, enqueue, enqueue_many
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.migrate import upgrade
+from jobdesk.shared.settings import Settings
 
 DEFAULT_PG_SERVER = "postgresql+psycopg://root@127.0.0.1:5432"
 PG_DATABASE = "jobdesk_bench"

@@ -24,10 +24,10 @@ from pathlib import Path
 import sqlalchemy as sa
 from throughput import HERE, JOBDESK, fresh_postgres, fresh_sqlite
 
-from shared.db import make_engine
-from shared.models import jobs
-from shared.queue import enqueue
-from shared.settings import Settings
+from jobdesk import enqueue
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.settings import Settings
 
 POLL_INTERVAL = 0.1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -27,11 +27,11 @@ from pathlib import Path
 import psycopg
 import sqlalchemy as sa
 
-from shared.db import make_engine
-from shared.migrate import upgrade
-from shared.models import jobs
-from shared.queue import NewJob, enqueue_many
-from shared.settings import Settings
+from jobdesk import NewJob, enqueue_many
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.migrate import upgrade
+from jobdesk.shared.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 JOBDESK = Path(sys.executable).with_name("jobdesk")

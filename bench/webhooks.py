@@ -40,15 +40,15 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.clock import db_now  # noqa: E402
-from shared.db import make_engine  # noqa: E402
-from shared.endpoints import add_endpoint  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import jobs  # noqa: E402
-from shared.queue import NewJob, enqueue_many  # noqa: E402
-from shared.ssrf import check_url  # noqa: E402
-from shared.webhook_signing import WebhookVerificationError, signed_headers, verify  # noqa: E402
-from worker.jobs.webhook_http import close_clients, post  # noqa: E402
+from jobdesk import NewJob, enqueue_many  # noqa: E402
+from jobdesk.shared.core.clock import db_now  # noqa: E402
+from jobdesk.shared.core.db import make_engine  # noqa: E402
+from jobdesk.shared.core.models import jobs  # noqa: E402
+from jobdesk.shared.migrate import upgrade  # noqa: E402
+from jobdesk.shared.webhooks.endpoints import add_endpoint  # noqa: E402
+from jobdesk.shared.webhooks.signing import WebhookVerificationError, signed_headers, verify  # noqa: E402
+from jobdesk.shared.webhooks.ssrf import check_url  # noqa: E402
+from jobdesk.worker.jobs.webhook_http import close_clients, post  # noqa: E402
 
 PG_ADMIN = os.environ.get(
     "JOBDESK_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres"

@@ -8,6 +8,6 @@ Configuration comes from `JOBDESK_*` settings; the app refuses to start without 
 
 from __future__ import annotations
 
-from dashboard.app import create_app, init_dashboard
+from jobdesk.dashboard.app import create_app, init_dashboard
 
 __all__ = ["create_app", "init_dashboard"]

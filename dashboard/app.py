@@ -7,12 +7,12 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import Flask, render_template
 
-from dashboard import templating
-from dashboard.proxy import ForwardedFor, trusted_proxies
-from dashboard.security import SessionInterface, apply_headers
-from dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
-from shared.db import make_engine
-from shared.settings import Settings
+from jobdesk.dashboard import templating
+from jobdesk.dashboard.proxy import ForwardedFor, trusted_proxies
+from jobdesk.dashboard.security import SessionInterface, apply_headers
+from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.settings import Settings
 
 MIN_SECRET_KEY_CHARS = 32
 #: Text that marks a key copied from an example file rather than generated.
@@ -85,11 +85,11 @@ def init_dashboard(
 
     Standalone apps and hosts without their own login use the dashboard's operators.
     A host that authenticates users itself passes `identity_loader`, a function
-    returning `dashboard.state.Identity(username, role)` for the current request (or
+    returning `jobdesk.dashboard.state.Identity(username, role)` for the current request (or
     None → 401); the dashboard's role checks and CSRF protection still apply.
     """
-    from dashboard import metrics
-    from dashboard.web import bp
+    from jobdesk.dashboard import metrics
+    from jobdesk.dashboard.web import bp
 
     settings = settings or Settings.from_env()
     if not app.secret_key:

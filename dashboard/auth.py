@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from flask import g, request, session
 
-from dashboard import csrf
-from dashboard.state import Identity, get_state
-from shared.operators import ROLES, OperatorAccount, get_operator, role_at_least
+from jobdesk.dashboard import csrf
+from jobdesk.dashboard.state import Identity, get_state
+from jobdesk.shared.operator.accounts import ROLES, OperatorAccount, get_operator, role_at_least
 
 F = TypeVar("F", bound=Callable[..., Any])
 ROLE_ATTRIBUTE = "jobdesk_required_role"

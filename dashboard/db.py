@@ -13,9 +13,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from dashboard.state import get_state
-from shared.clock import db_now
-from shared.queries import statement_deadline
+from jobdesk.dashboard.state import get_state
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.operator.queries import statement_deadline
 
 
 @contextmanager

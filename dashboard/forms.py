@@ -9,9 +9,9 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
-from shared.errors import ValidationError
-from shared.filters import JobFilters, parse_positive_int
-from shared.triage import BULK_CAP, Selection
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
+from jobdesk.shared.operator.triage import BULK_CAP, Selection
 
 
 def parse_ids(values: list[str]) -> tuple[int, ...]:

@@ -1,8 +1,9 @@
 """`/metrics`: Prometheus text computed from the database at scrape time.
 
 Nothing is counted in the web process: each scrape runs a handful of aggregate queries
-(`shared.metrics_queries`) through a custom collector, so every gunicorn worker answers
-with the same, current numbers — no multiprocess directory, no per-process drift.
+(`jobdesk.shared.operator.metrics_queries`) through a custom collector, so every
+gunicorn worker answers with the same, current numbers — no multiprocess directory, no
+per-process drift.
 
 Registration (done by the app factory)::
 
@@ -28,10 +29,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dashboard.auth import public
-from shared.alert_rules import RULE_TYPES
-from shared.clock import db_now
-from shared.metrics_queries import (
+from jobdesk.dashboard.auth import public
+from jobdesk.shared.alerts.config import RULE_TYPES
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.operator.metrics_queries import (
     breaker_states,
     counts_by_queue_status,
     due_backlog,
@@ -40,8 +42,7 @@ from shared.metrics_queries import (
     open_alerts_by_rule,
     unresolved_dead_by_type,
 )
-from shared.settings import Settings
-from shared.states import JobStatus
+from jobdesk.shared.settings import Settings
 
 bp = Blueprint("metrics", __name__)
 

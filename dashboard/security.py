@@ -14,7 +14,7 @@ from __future__ import annotations
 from flask import Flask, Response, request
 from flask.sessions import SecureCookieSessionInterface
 
-from dashboard.state import EXTENSION_KEY
+from jobdesk.dashboard.state import EXTENSION_KEY
 
 CSP = "; ".join(
     [

@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 from flask import current_app
 
-from dashboard.cache import TTLCache
-from dashboard.throttle import LoginThrottle
-from shared.settings import Settings, parse_bool, parse_seconds
+from jobdesk.dashboard.cache import TTLCache
+from jobdesk.dashboard.throttle import LoginThrottle
+from jobdesk.shared.settings import Settings, parse_bool, parse_seconds
 
 EXTENSION_KEY = "jobdesk"
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0

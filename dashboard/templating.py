@@ -11,9 +11,9 @@ from typing import Any
 
 from flask import Flask
 
-from dashboard import auth, csrf
-from dashboard.navigation import here
-from shared.masking import mask_email, mask_payload
+from jobdesk.dashboard import auth, csrf
+from jobdesk.dashboard.navigation import here
+from jobdesk.shared.core.masking import mask_email, mask_payload
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.

@@ -7,17 +7,16 @@ guard only ever applies to dashboard routes.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
-from dashboard import auth, csrf, db
-from dashboard.htmx import is_htmx
-from dashboard.navigation import here
-from dashboard.security import apply_headers
-from dashboard.views import (
+from jobdesk.dashboard import auth, csrf, db
+from jobdesk.dashboard.htmx import is_htmx
+from jobdesk.dashboard.navigation import here
+from jobdesk.dashboard.security import apply_headers
+from jobdesk.dashboard.views import (
     alerts,
     audit,
     dead,
@@ -29,26 +28,15 @@ from dashboard.views import (
     triage_actions,
     workers,
 )
-from shared.errors import ConflictError, NotFoundError, ValidationError
-from shared.operators import any_operator_exists, role_at_least
-
-_PACKAGE = Path(__file__).resolve().parent
-
-
-def _asset_dir(name: str) -> str:
-    """`templates/` and `static/` sit at the repository root in a checkout and inside
-    the package when installed from a wheel."""
-    for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
-        if candidate.is_dir():
-            return str(candidate)
-    raise FileNotFoundError(f"the dashboard's {name}/ folder is missing from this installation")
-
+from jobdesk.shared.assets import asset_path
+from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.operator.accounts import any_operator_exists, role_at_least
 
 bp = Blueprint(
     "jobdesk",
     __name__,
-    template_folder=_asset_dir("templates"),
-    static_folder=_asset_dir("static"),
+    template_folder=str(asset_path("templates")),
+    static_folder=str(asset_path("static")),
     static_url_path="/static",
 )
 for child in (

@@ -1,6 +1,6 @@
 """gunicorn settings for the Jobdesk dashboard:
 
-    gunicorn -c deploy/gunicorn.conf.py 'dashboard:create_app()'
+    gunicorn -c deploy/gunicorn.conf.py 'jobdesk.dashboard:create_app()'
 
 - `gthread` workers: page requests wait on the database, so a few threads per process
   serve concurrent operators cheaply;

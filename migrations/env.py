@@ -1,11 +1,11 @@
-"""Alembic environment: targets shared.models.metadata; batch mode on SQLite."""
+"""Alembic environment: targets jobdesk.shared.core.models.metadata; batch mode on SQLite."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from shared.db import make_engine
-from shared.models import metadata
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.schema import metadata
 
 config = context.config
 

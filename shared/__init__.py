@@ -1,14 +1,14 @@
-"""Jobdesk's domain: the schema, the job lifecycle and every query, shared by the worker
-and the dashboard. Apps need only `enqueue` / `enqueue_many`."""
+"""Jobdesk's domain, shared by the worker and the dashboard: the schema and every query.
 
-from shared.errors import PermanentError, RetryAfter, ValidationError
-from shared.queue import NewJob, enqueue, enqueue_many
+- `core`: the queue itself — states, the core tables, enqueue, claim, transitions, the
+  retry policy, the effects ledger, leadership and the worker registry. It imports no
+  other subpackage.
+- `operator`: what people read and decide — job lists and details, filters, stats,
+  dead letters, triage, the audit trail and dashboard accounts.
+- features on top of the core: `alerts`, `webhooks` (endpoints, signing, the SSRF guard,
+  the delivery log), `limits` (rate limits and circuit breakers), `reports`, `retention`.
+- `settings` (every `JOBDESK_*` variable), `schema` (all tables on one MetaData) and
+  `migrate` (Alembic).
 
-__all__ = [
-    "NewJob",
-    "PermanentError",
-    "RetryAfter",
-    "ValidationError",
-    "enqueue",
-    "enqueue_many",
-]
+Apps need only `jobdesk.enqueue` / `jobdesk.enqueue_many`.
+"""

@@ -1,7 +1,7 @@
 """Schema migrations: run Alembic to head against an engine.
 
-The migration scripts live in the top-level `migrations/` folder of a checkout, or
-inside the installed package (`shared/migrations`) when installed from a wheel.
+The migration scripts ship inside the package (`jobdesk/migrations`) and are the only
+ones ever run.
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-_HERE = Path(__file__).resolve().parent
+from jobdesk.shared.assets import asset_path
 
 
 def migrations_dir() -> Path:
-    for candidate in (_HERE.parent / "migrations", _HERE / "migrations"):
-        if (candidate / "env.py").exists():
-            return candidate
-    raise FileNotFoundError("the Jobdesk migrations folder is missing from this installation")
+    return asset_path("migrations")
 
 
 def alembic_config() -> Config:

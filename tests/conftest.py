@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared.db import make_engine
-from shared.migrate import upgrade
-from shared.models import metadata
-from shared.settings import Settings
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.migrate import upgrade
+from jobdesk.shared.schema import metadata
+from jobdesk.shared.settings import Settings
 
 DEFAULT_PG_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 PG_ADMIN_URL = os.environ.get("JOBDESK_TEST_POSTGRES_URL", DEFAULT_PG_URL)

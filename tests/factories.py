@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.models import jobs
+from jobdesk.shared.core.models import jobs
 
 
 def make_job(conn: sa.Connection, **fields: Any) -> int:

@@ -23,14 +23,14 @@ import click
 import pytest
 import yaml
 
-from shared.settings import Settings
-from worker.cli import cli
+from jobdesk.cli import cli
+from jobdesk.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 JOBDESK = Path(sys.executable).with_name("jobdesk")
 GUNICORN = Path(sys.executable).with_name("gunicorn")
-APP_PATH = "dashboard:create_app()"
+APP_PATH = "jobdesk.dashboard:create_app()"
 
 
 @pytest.fixture(scope="module")

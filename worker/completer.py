@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from shared import transitions
-from shared.retry import RetryPolicy, decide
-from shared.states import AttemptOutcome, JobStatus
-from worker import failpoints
-from worker.executor import Attempt, Kind, Outcome
-from worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
+from jobdesk.shared.core import transitions
+from jobdesk.shared.core.retry import RetryPolicy, decide
+from jobdesk.shared.core.states import AttemptOutcome, JobStatus
+from jobdesk.worker import failpoints
+from jobdesk.worker.executor import Attempt, Kind, Outcome
+from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -53,7 +53,7 @@ class Applied(NamedTuple):
         return kind.value
 
 
-#: `record(job_type, outcome_label, seconds)` — e.g. `worker.metrics.record_outcome`.
+#: `record(job_type, outcome_label, seconds)` — e.g. `jobdesk.worker.metrics.record_outcome`.
 RecordOutcome = Callable[[str, str, float], None]
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from shared import validation
-from shared.errors import ValidationError
-from shared.settings import Settings, parse_int, parse_seconds
+from jobdesk.shared.core import validation
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.settings import Settings, parse_int, parse_seconds
 
 DEFAULT_CONCURRENCY: Final = 10
 MAX_SLOTS: Final = 1000

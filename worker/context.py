@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from shared.effects import find_effect, record_effect
-from shared.models import jobs
-from worker import failpoints
+from jobdesk.shared.core.effects import find_effect, record_effect
+from jobdesk.shared.core.models import jobs
+from jobdesk.worker import failpoints
 
 T = TypeVar("T")
 

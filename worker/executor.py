@@ -2,7 +2,7 @@
 
 The executor writes no job state. It turns what the handler did into an `Outcome`
 (succeeded with a result, failed, permanent, retry-after, snoozed, timed out, released,
-fenced); `worker.completer.apply_outcomes` turns outcomes into transitions.
+fenced); `jobdesk.worker.completer.apply_outcomes` turns outcomes into transitions.
 
 An `Attempt` is settled exactly once, by whoever gets there first: the handler's thread
 when it returns, the runner when the hard timeout fires, the shutdown path when it
@@ -23,13 +23,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.db import SerializedJSON, dump_json
-from shared.errors import PermanentError, RetryAfter, Snooze
-from shared.queue import ClaimedJob
-from shared.ratelimits import try_acquire
-from worker import failpoints
-from worker.context import JobContext
-from worker.registry import JobType
+from jobdesk.shared.core.claim import ClaimedJob
+from jobdesk.shared.core.db import SerializedJSON, dump_json
+from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
+from jobdesk.shared.limits.rate_limits import try_acquire
+from jobdesk.worker import failpoints
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.registry import JobType
 
 #: Frames of traceback kept after the "Type: message" line of a failed attempt.
 TRACEBACK_FRAMES = 8

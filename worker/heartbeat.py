@@ -17,10 +17,10 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared.transitions import extend_lease
-from shared.worker_registry import heartbeat_worker
-from worker.executor import Attempt
-from worker.resilience import DB_ERRORS, Backoff, OutageLog
+from jobdesk.shared.core.transitions import extend_lease
+from jobdesk.shared.core.worker_registry import heartbeat_worker
+from jobdesk.worker.executor import Attempt
+from jobdesk.worker.resilience import DB_ERRORS, Backoff, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 

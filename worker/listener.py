@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from shared.notifications import listen_connection, wait_for_queues
-from worker.resilience import Backoff, OutageLog
+from jobdesk.shared.core.notifications import listen_connection, wait_for_queues
+from jobdesk.worker.resilience import Backoff, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 

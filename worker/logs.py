@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from shared.masking import mask_text
+from jobdesk.shared.core.masking import mask_text
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
     "message",

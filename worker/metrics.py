@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from shared.settings import Settings, SettingsError, parse_int
+from jobdesk.shared.settings import Settings, SettingsError, parse_int
 
 DEFAULT_HOST = "127.0.0.1"
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from worker.executor import Attempt
+from jobdesk.worker.executor import Attempt
 
 
 class _SlotThread(threading.Thread):

@@ -2,7 +2,7 @@
 
 Job types are stable strings (`crm.sync`), never import paths, so code can move without
 breaking queued jobs. Registering a type also declares its enqueue-time defaults
-(queue, priority, max_attempts, timeout) in `shared.job_types`, so an app that imports
+(queue, priority, max_attempts, timeout) in `jobdesk.shared.core.job_types`, so an app that imports
 its job module enqueues into the right queue.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared import validation
-from shared.job_types import TypeDefaults, defaults_for, register_defaults
-from shared.retry import Backoff, ExponentialBackoff, RetryPolicy
+from jobdesk.shared.core import validation
+from jobdesk.shared.core.job_types import TypeDefaults, defaults_for, register_defaults
+from jobdesk.shared.core.retry import Backoff, ExponentialBackoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from worker.context import JobContext
+    from jobdesk.worker.context import JobContext
 
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
 

@@ -19,7 +19,7 @@ Shutdown (SIGTERM/SIGINT): stop claiming at once, let running handlers finish wi
 `shutdown_timeout`, then release what is left (back to `queued`, attempt not counted),
 flush the completer, give up leadership, deregister, exit 0. A second signal ends the
 grace period at once. Exit status 3 means the process stopped itself because too many
-handler threads were stuck past their timeout (see `worker.pool`).
+handler threads were stuck past their timeout (see `jobdesk.worker.pool`).
 """
 
 from __future__ import annotations
@@ -40,26 +40,26 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.clock import DatabaseClock
-from shared.db import is_postgresql
-from shared.queue import claim
-from shared.settings import Settings
-from shared.worker_registry import (
+from jobdesk.shared.core.claim import claim
+from jobdesk.shared.core.clock import DatabaseClock
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.worker_registry import (
     deregister_worker,
     mark_stopping,
     new_worker_id,
     register_worker,
 )
-from worker import failpoints
-from worker.completer import Completer, RecordOutcome
-from worker.config import SlotGroup, WorkerConfig
-from worker.executor import Attempt, execute, make_attempt
-from worker.heartbeat import Heartbeat
-from worker.listener import Listener
-from worker.maintenance.scheduler import Maintenance
-from worker.pool import SlotPool
-from worker.registry import Registry
-from worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
+from jobdesk.shared.settings import Settings
+from jobdesk.worker import failpoints
+from jobdesk.worker.completer import Completer, RecordOutcome
+from jobdesk.worker.config import SlotGroup, WorkerConfig
+from jobdesk.worker.executor import Attempt, execute, make_attempt
+from jobdesk.worker.heartbeat import Heartbeat
+from jobdesk.worker.listener import Listener
+from jobdesk.worker.maintenance.scheduler import Maintenance
+from jobdesk.worker.pool import SlotPool
+from jobdesk.worker.registry import Registry
+from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 
 log = logging.getLogger("jobdesk.worker")
 

@@ -5,7 +5,7 @@ It claims, executes and settles jobs through the same code as `jobdesk worker`
 retries, `PermanentError`, `RetryAfter`, `Snooze`, rate limits, timeouts, attempt rows
 and effects behave exactly as in production — without threads to wait for::
 
-    from worker.testing import drain
+    from jobdesk.worker.testing import drain
 
     with engine.begin() as conn:
         enqueue(conn, "email.send", {...})
@@ -26,14 +26,14 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared.clock import DatabaseClock
-from shared.queue import ClaimedJob, claim
-from shared.settings import Settings
-from shared.states import JobStatus
-from worker.completer import apply_outcomes
-from worker.executor import Attempt, Kind, Outcome, execute, make_attempt
-from worker.registry import Registry
-from worker.registry import registry as default_registry
+from jobdesk.shared.core.claim import ClaimedJob, claim
+from jobdesk.shared.core.clock import DatabaseClock
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.completer import apply_outcomes
+from jobdesk.worker.executor import Attempt, Kind, Outcome, execute, make_attempt
+from jobdesk.worker.registry import Registry
+from jobdesk.worker.registry import registry as default_registry
 
 DRAIN_WORKER_ID = "drain"
 BATCH_SIZE = 100

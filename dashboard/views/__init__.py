@@ -1,1 +1,1 @@
-"""One blueprint `bp` per page area; `dashboard.web` nests them under the parent."""
+"""One blueprint `bp` per page area; `jobdesk.dashboard.web` nests them under the parent."""

@@ -7,13 +7,13 @@ from typing import Any
 
 from flask import Blueprint, request, url_for
 
-from dashboard import auth, db
-from dashboard.flashes import note
-from dashboard.htmx import render
-from dashboard.navigation import back
-from shared import alerts as alert_store
-from shared.errors import ValidationError
-from shared.triage import REASON_MAX_CHARS, check_reason
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.navigation import back
+from jobdesk.shared.alerts import store as alert_store
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
 
 bp = Blueprint("alerts", __name__)
 STATUSES = ("open", "resolved")

@@ -7,10 +7,10 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from dashboard import auth, db
-from dashboard.htmx import render
-from shared.audit import ACTIONS, list_audit
-from shared.filters import PAGE_SIZES, AuditFilters
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.htmx import render
+from jobdesk.shared.operator.audit import ACTIONS, list_audit
+from jobdesk.shared.operator.filters import PAGE_SIZES, AuditFilters
 
 bp = Blueprint("audit", __name__)
 

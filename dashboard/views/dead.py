@@ -9,14 +9,14 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from dashboard import auth, db
-from dashboard.forms import parse_bulk_selection
-from dashboard.htmx import render
-from dashboard.navigation import safe_target
-from shared.dead_letters import dead_groups, dead_trend
-from shared.errors import ValidationError
-from shared.filters import RANGES, JobFilters
-from shared.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.forms import parse_bulk_selection
+from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.navigation import safe_target
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend
+from jobdesk.shared.operator.filters import RANGES, JobFilters
+from jobdesk.shared.operator.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
 
 bp = Blueprint("dead", __name__)
 

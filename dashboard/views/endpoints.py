@@ -8,16 +8,16 @@ from typing import Any
 
 from flask import Blueprint, request, url_for
 
-from dashboard import auth, db
-from dashboard.flashes import note
-from dashboard.htmx import render
-from dashboard.navigation import back
-from shared import audit
-from shared.breakers import breaker_state, close_breaker, list_breakers
-from shared.endpoints import list_endpoints, pause_endpoint, resume_endpoint
-from shared.errors import NotFoundError, ValidationError
-from shared.fleet import delivery_health
-from shared.triage import REASON_MAX_CHARS, check_reason
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.navigation import back
+from jobdesk.shared.core.errors import NotFoundError, ValidationError
+from jobdesk.shared.limits.breakers import breaker_state, close_breaker, list_breakers
+from jobdesk.shared.operator import audit
+from jobdesk.shared.operator.fleet import delivery_health
+from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
+from jobdesk.shared.webhooks.endpoints import list_endpoints, pause_endpoint, resume_endpoint
 
 bp = Blueprint("endpoints", __name__)
 

@@ -7,8 +7,8 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, jsonify
 
-from dashboard import db
-from dashboard.auth import public
+from jobdesk.dashboard import db
+from jobdesk.dashboard.auth import public
 
 bp = Blueprint("health", __name__)
 

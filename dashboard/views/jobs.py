@@ -8,12 +8,19 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from dashboard import auth, db
-from dashboard.htmx import render
-from shared.errors import ValidationError
-from shared.filters import PAGE_SIZES, RANGES, SORTS, TIME_FIELDS, UNRESOLVED, JobFilters
-from shared.queries import Page, job_detail, job_status, list_jobs
-from shared.states import FINAL, JobStatus, Resolution
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.htmx import render
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
+from jobdesk.shared.operator.filters import (
+    PAGE_SIZES,
+    RANGES,
+    SORTS,
+    TIME_FIELDS,
+    UNRESOLVED,
+    JobFilters,
+)
+from jobdesk.shared.operator.queries import Page, job_detail, job_status, list_jobs
 
 bp = Blueprint("jobs", __name__)
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from flask import Blueprint, g, redirect, render_template, request, url_for
 
-from dashboard import auth, db
-from dashboard.navigation import safe_target
-from dashboard.state import get_state
-from shared.operators import any_operator_exists, verify
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.navigation import safe_target
+from jobdesk.dashboard.state import get_state
+from jobdesk.shared.operator.accounts import any_operator_exists, verify
 
 bp = Blueprint("login", __name__)
 MAX_FIELD_CHARS = 1024

@@ -9,16 +9,16 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from dashboard import auth, db
-from dashboard.htmx import render
-from dashboard.state import get_state
-from shared import alerts as alert_store
-from shared.dead_letters import dead_trend, unresolved_dead_count
-from shared.errors import ValidationError
-from shared.leader import LEADER, current_lease
-from shared.states import JobStatus
-from shared.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
-from shared.worker_registry import list_workers
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.state import get_state
+from jobdesk.shared.alerts import store as alert_store
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.leader import LEADER, current_lease
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.core.worker_registry import list_workers
+from jobdesk.shared.operator.dead_letters import dead_trend, unresolved_dead_count
+from jobdesk.shared.operator.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
 
 bp = Blueprint("overview", __name__)
 

@@ -9,19 +9,19 @@ from typing import Any
 
 from flask import Blueprint, redirect, render_template, request, url_for
 
-from dashboard import auth, db
-from dashboard.flashes import note
-from dashboard.forms import parse_bulk_selection, parse_payload_text
-from dashboard.navigation import back, safe_target
-from dashboard.state import get_state
-from dashboard.templating import plural
-from shared import triage
-from shared.errors import ConflictError, ValidationError
-from shared.masking import mask_payload
-from shared.payload_checks import PayloadErrors
-from shared.queries import job_detail
-from shared.transitions import cancel
-from shared.triage import REASON_MAX_CHARS
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.forms import parse_bulk_selection, parse_payload_text
+from jobdesk.dashboard.navigation import back, safe_target
+from jobdesk.dashboard.state import get_state
+from jobdesk.dashboard.templating import plural
+from jobdesk.shared.core.errors import ConflictError, ValidationError
+from jobdesk.shared.core.masking import mask_payload
+from jobdesk.shared.core.payload_checks import PayloadErrors
+from jobdesk.shared.core.transitions import cancel
+from jobdesk.shared.operator import triage
+from jobdesk.shared.operator.queries import job_detail
+from jobdesk.shared.operator.triage import REASON_MAX_CHARS
 
 bp = Blueprint("actions", __name__)
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from flask import Blueprint
 
-from dashboard import auth, db
-from dashboard.htmx import render
-from dashboard.state import get_state
-from shared.leader import LEADER, current_lease
-from shared.worker_registry import list_workers
+from jobdesk.dashboard import auth, db
+from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.state import get_state
+from jobdesk.shared.core.leader import LEADER, current_lease
+from jobdesk.shared.core.worker_registry import list_workers
 
 bp = Blueprint("workers", __name__)
 #: Skew beyond this is flagged (leases and backoff use the database clock, but logs and

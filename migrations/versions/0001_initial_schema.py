@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import shared.sqltypes
+import jobdesk.shared.core.sqltypes
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -36,23 +36,29 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), server_default="open", nullable=False),
         sa.Column(
             "opened_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "last_seen_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("resolved_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("count", sa.Integer(), server_default=sa.text("1"), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.Column("details", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.Column("notify_key", sa.String(length=200), nullable=True),
         sa.Column("acknowledged_by", sa.String(length=100), nullable=True),
-        sa.Column("acknowledged_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "acknowledged_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            nullable=True,
+        ),
         sa.Column("acknowledged_note", sa.Text(), nullable=True),
         sa.CheckConstraint("status IN ('open', 'resolved')", name=op.f("ck_alerts_status")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_alerts")),
@@ -78,8 +84,8 @@ def upgrade() -> None:
         ),
         sa.Column(
             "at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column("actor", sa.String(length=100), nullable=False),
@@ -90,7 +96,7 @@ def upgrade() -> None:
         ),
         sa.Column("subject", sa.String(length=200), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("details", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
     )
     with op.batch_alter_table("audit_log", schema=None) as batch_op:
@@ -105,13 +111,17 @@ def upgrade() -> None:
         sa.Column(
             "consecutive_failures", sa.Integer(), server_default=sa.text("0"), nullable=False
         ),
-        sa.Column("opened_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("retry_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "opened_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "retry_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column(
             "updated_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.CheckConstraint(
@@ -131,11 +141,11 @@ def upgrade() -> None:
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("detail", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("detail", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_effects")),
         sa.UniqueConstraint("key", name=op.f("uq_effects_key")),
     )
@@ -150,7 +160,10 @@ def upgrade() -> None:
         sa.Column("job_type", sa.String(length=100), nullable=False),
         sa.Column("queue", sa.String(length=100), server_default="default", nullable=False),
         sa.Column(
-            "payload", shared.sqltypes.JSONDocument, server_default=sa.text("'{}'"), nullable=False
+            "payload",
+            jobdesk.shared.core.sqltypes.JSONDocument,
+            server_default=sa.text("'{}'"),
+            nullable=False,
         ),
         sa.Column("status", sa.String(length=16), server_default="queued", nullable=False),
         sa.Column("priority", sa.SmallInteger(), server_default=sa.text("5"), nullable=False),
@@ -158,41 +171,53 @@ def upgrade() -> None:
         sa.Column("max_attempts", sa.Integer(), server_default=sa.text("5"), nullable=False),
         sa.Column(
             "next_run_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("started_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("locked_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "started_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "locked_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("locked_by", sa.String(length=100), nullable=True),
         sa.Column("lease_token", sa.BigInteger(), nullable=True),
-        sa.Column("lease_expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "lease_expires_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            nullable=True,
+        ),
         sa.Column("timeout_seconds", sa.Float(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column("group_key", sa.String(length=200), nullable=True),
-        sa.Column("progress", shared.sqltypes.JSONDocument, nullable=True),
-        sa.Column("result", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("progress", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("result", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.Column(
             "retried_from_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         ),
         sa.Column("resolution", sa.String(length=16), nullable=True),
         sa.Column("resolved_by", sa.String(length=100), nullable=True),
-        sa.Column("resolved_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("resolution_reason", sa.Text(), nullable=True),
         sa.CheckConstraint(
             "resolution IS NULL OR resolution IN ('requeued', 'fixed', 'ignored')",
@@ -292,11 +317,13 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(length=100), nullable=False),
         sa.Column(
             "acquired_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
     )
     op.create_table(
@@ -313,11 +340,13 @@ def upgrade() -> None:
         sa.Column("disabled", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("last_login_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.CheckConstraint(
             "role IN ('viewer', 'operator', 'admin')", name=op.f("ck_operators_role")
         ),
@@ -330,8 +359,8 @@ def upgrade() -> None:
         sa.Column("tokens", sa.Float(), nullable=False),
         sa.Column(
             "updated_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_rate_limits")),
@@ -346,7 +375,7 @@ def upgrade() -> None:
         ),
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("report", sa.String(length=100), nullable=False),
-        sa.Column("params", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("params", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.Column("requested_by", sa.String(length=100), nullable=True),
         sa.Column("status", sa.String(length=16), server_default="running", nullable=False),
         sa.Column("chunks_total", sa.Integer(), server_default=sa.text("0"), nullable=False),
@@ -357,12 +386,16 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.Column("finished_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.CheckConstraint(
             "status IN ('running', 'assembling', 'succeeded', 'failed', 'cancelled')",
             name=op.f("ck_report_runs_status"),
@@ -382,22 +415,26 @@ def upgrade() -> None:
         sa.Column("secret", sa.String(length=200), nullable=False),
         sa.Column("previous_secret", sa.String(length=200), nullable=True),
         sa.Column(
-            "previous_secret_expires_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "previous_secret_expires_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("paused", sa.Boolean(), server_default=sa.false(), nullable=False),
-        sa.Column("paused_until", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "paused_until", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("paused_reason", sa.Text(), nullable=True),
         sa.Column("disabled_reason", sa.Text(), nullable=True),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_endpoints")),
@@ -408,20 +445,20 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=100), nullable=False),
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
-        sa.Column("queues", shared.sqltypes.JSONDocument, nullable=True),
-        sa.Column("job_types", shared.sqltypes.JSONDocument, nullable=True),
+        sa.Column("queues", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("job_types", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.Column("concurrency", sa.Integer(), nullable=False),
         sa.Column("version", sa.String(length=50), nullable=False),
         sa.Column(
             "started_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "last_seen_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column("stopping", sa.Boolean(), server_default=sa.false(), nullable=False),
@@ -442,11 +479,13 @@ def upgrade() -> None:
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("worker_id", sa.String(length=100), nullable=True),
-        sa.Column("started_at", shared.sqltypes.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "started_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column(
             "finished_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column("outcome", sa.String(length=16), nullable=False),
@@ -473,11 +512,11 @@ def upgrade() -> None:
         sa.Column("run_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("chunk_index", sa.Integer(), nullable=False),
         sa.Column("rows", sa.Integer(), nullable=False),
-        sa.Column("data", shared.sqltypes.JSONDocument, nullable=False),
+        sa.Column("data", jobdesk.shared.core.sqltypes.JSONDocument, nullable=False),
         sa.Column(
             "created_at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -503,8 +542,8 @@ def upgrade() -> None:
         sa.Column("url", sa.Text(), nullable=False),
         sa.Column(
             "at",
-            shared.sqltypes.UTCDateTime(timezone=True),
-            server_default=shared.sqltypes.utcnow(),
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
         sa.Column("status_code", sa.Integer(), nullable=True),

@@ -22,8 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.models import job_attempts, jobs
-from shared.states import JobStatus
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.states import JobStatus
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import chaos_effects, chaos_once
 

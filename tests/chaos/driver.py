@@ -41,21 +41,21 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from shared.clock import db_now
-from shared.db import make_engine
-from shared.endpoints import add_endpoint
-from shared.migrate import upgrade
-from shared.models import job_attempts, jobs
-from shared.queue import NewJob, enqueue_many
-from shared.settings import Settings
-from shared.states import ACTIVE, sql_values
+from jobdesk import NewJob, enqueue_many
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.states import ACTIVE, sql_values
+from jobdesk.shared.migrate import upgrade
+from jobdesk.shared.settings import Settings
+from jobdesk.shared.webhooks.endpoints import add_endpoint
+from jobdesk.worker.failpoints import NAMES as FAILPOINT_NAMES
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import MAX_ATTEMPTS, metadata
-from worker.failpoints import NAMES as FAILPOINT_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 3.0

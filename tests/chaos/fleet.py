@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.failpoints import ENV as FAILPOINTS_ENV
+from jobdesk.worker.failpoints import ENV as FAILPOINTS_ENV
 
 _FIRED = re.compile(r"failpoint (\w+) fired")
 
@@ -31,7 +31,7 @@ def _command() -> list[str]:
     script = Path(sys.executable).with_name("jobdesk")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from worker.cli import main; main()"]
+    return [sys.executable, "-c", "from jobdesk.cli import main; main()"]
 
 
 @dataclass

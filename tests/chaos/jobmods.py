@@ -22,15 +22,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-import worker.jobs  # noqa: F401  (register the built-in types before adjusting them)
-from shared.db import is_postgresql
-from shared.effects import find_effect, record_effect
-from shared.errors import PermanentError
-from shared.retry import ExponentialBackoff, RetryPolicy
+import jobdesk.worker.jobs  # noqa: F401  (register the built-in types before adjusting them)
+from jobdesk import PermanentError, job
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.effects import find_effect, record_effect
+from jobdesk.shared.core.retry import ExponentialBackoff, RetryPolicy
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.registry import registry
 from tests.chaos.tables import MAX_ATTEMPTS, QUEUE, chaos_effects, chaos_once
-from worker import job
-from worker.context import JobContext
-from worker.registry import registry
 
 FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=2))
 for _name in ("email.send", "webhook.deliver"):

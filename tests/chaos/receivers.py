@@ -1,7 +1,7 @@
 """The outside world of the chaos run: a webhook receiver and an SMTP sink that count.
 
 `WebhookReceiver` (threaded HTTP) verifies every Standard Webhooks signature with
-`shared.webhook_signing.verify`, applies each `webhook-id` once (a repeat is a caught
+`jobdesk.shared.webhooks.signing.verify`, applies each `webhook-id` once (a repeat is a caught
 duplicate, acknowledged but not applied again) and remembers which logical event — the
 `key` in the body's `data` — each id belongs to. The driver switches its mode:
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
-from shared.webhook_signing import WebhookVerificationError, verify
+from jobdesk.shared.webhooks.signing import WebhookVerificationError, verify
 from tests.chaos.pgserver import free_port
 from tests.local_http import LocalPostServer
 

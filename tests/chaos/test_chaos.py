@@ -22,14 +22,14 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from shared.models import job_attempts
+from jobdesk.shared.core.models import job_attempts
+from jobdesk.worker import failpoints
 from tests.chaos.checker import Planned, check
 from tests.chaos.driver import ChaosRun
 from tests.chaos.profiles import PROFILES
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import chaos_effects, chaos_once, metadata
 from tests.factories import make_job
-from worker import failpoints
 
 
 def _attempt(conn: sa.Connection, job_id: int, attempt: int, outcome: str) -> None:
@@ -159,7 +159,7 @@ def test_failpoint_spec_errors_name_the_problem(spec: str, message: str) -> None
 
 def test_failpoint_fires_on_the_nth_hit_with_sigkill() -> None:
     code = (
-        "from worker import failpoints\n"
+        "from jobdesk.worker import failpoints\n"
         "failpoints.hit('after_claim')\n"
         "print('survived first hit', flush=True)\n"
         "failpoints.hit('after_claim')\n"

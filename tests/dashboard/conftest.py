@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 
-from dashboard import create_app
-from shared.masking import fingerprint
-from shared.operators import add_operator
-from shared.settings import Settings
+from jobdesk.dashboard import create_app
+from jobdesk.shared.core.masking import fingerprint
+from jobdesk.shared.operator.accounts import add_operator
+from jobdesk.shared.settings import Settings
 from tests.factories import make_job
 
 SECRET = "test-secret-key-0123456789-abcdefghijklmnop"

@@ -9,11 +9,11 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from dashboard import create_app
-from dashboard.app import SecretKeyError, check_secret_key
-from dashboard.auth import ROLE_ATTRIBUTE
-from shared.operators import set_disabled, set_password
-from shared.settings import Settings
+from jobdesk.dashboard import create_app
+from jobdesk.dashboard.app import SecretKeyError, check_secret_key
+from jobdesk.dashboard.auth import ROLE_ATTRIBUTE
+from jobdesk.shared.operator.accounts import set_disabled, set_password
+from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import PASSWORD, Browser, add_user, browser_for, dead_job
 
 #: The minimum role of every dashboard route; a new route must be added here.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from shared.models import jobs, operators
+from jobdesk.cli import cli
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.operator.models import operators
 from tests.dashboard.conftest import dead_job
-from worker.cli import cli
 
 
 def run(db_url: str, *args: str, stdin: str | None = None) -> object:

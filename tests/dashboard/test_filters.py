@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.errors import ValidationError
-from shared.filters import AuditFilters, JobFilters
-from shared.queries import like_pattern
+from jobdesk import ValidationError
+from jobdesk.shared.operator.filters import AuditFilters, JobFilters
+from jobdesk.shared.operator.queries import like_pattern
 
 
 def test_round_trip_keeps_every_filter() -> None:
@@ -70,7 +70,7 @@ def test_like_pattern_escapes_wildcards() -> None:
 
 
 def test_ttl_cache_computes_once_per_ttl_and_clears() -> None:
-    from dashboard.cache import TTLCache
+    from jobdesk.dashboard.cache import TTLCache
 
     calls: list[int] = []
 

@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from dashboard import init_dashboard
-from dashboard.state import Identity
-from shared.queries import statement_deadline
-from shared.settings import Settings
+from jobdesk.dashboard import init_dashboard
+from jobdesk.dashboard.state import Identity
+from jobdesk.shared.operator.queries import statement_deadline
+from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import SECRET, dead_job
 
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared.models import job_attempts, webhook_deliveries
+from jobdesk.shared.core.models import job_attempts
+from jobdesk.shared.webhooks.models import webhook_deliveries
 from tests.dashboard.conftest import NOW, Browser, dead_job
 from tests.factories import make_job
 
@@ -239,7 +240,9 @@ def test_dead_letters_grouped_by_fingerprint(viewer: Browser, engine: sa.Engine)
 
 
 def test_workers_alerts_endpoints_pages(viewer: Browser, engine: sa.Engine) -> None:
-    from shared.models import alerts, leases, webhook_endpoints, workers
+    from jobdesk.shared.alerts.models import alerts
+    from jobdesk.shared.core.models import leases, workers
+    from jobdesk.shared.webhooks.models import webhook_endpoints
 
     with engine.begin() as conn:
         conn.execute(

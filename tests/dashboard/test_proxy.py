@@ -4,8 +4,8 @@ import secrets
 
 import sqlalchemy as sa
 
-from dashboard import create_app
-from shared.settings import Settings
+from jobdesk.dashboard import create_app
+from jobdesk.shared.settings import Settings
 
 
 def _client(engine: sa.Engine, **extra: str):  # type: ignore[no-untyped-def]

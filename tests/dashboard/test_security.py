@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from shared.models import job_attempts
+from jobdesk.shared.core.models import job_attempts
 from tests.dashboard.conftest import Browser, dead_job
 from tests.factories import job_row, make_job
 

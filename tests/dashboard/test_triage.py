@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared import triage
-from shared.audit import entries_for_job
-from shared.errors import ConflictError, NotFoundError, ValidationError
-from shared.filters import JobFilters
-from shared.masking import fingerprint
-from shared.models import jobs, webhook_endpoints
-from shared.payload_checks import PayloadErrors
+from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.masking import fingerprint
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.payload_checks import PayloadErrors
+from jobdesk.shared.operator import triage
+from jobdesk.shared.operator.audit import entries_for_job
+from jobdesk.shared.operator.filters import JobFilters
+from jobdesk.shared.webhooks.models import webhook_endpoints
 from tests.factories import job_row, make_job
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

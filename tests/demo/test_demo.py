@@ -16,12 +16,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from shared.db import make_engine
-from shared.models import jobs
-from shared.states import JobStatus
+from jobdesk.demo.sinks import free_port, port_is_free
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import JobStatus
 from tests.conftest import IN_CI, PG_ADMIN_URL, _pg_unavailable_reason
 from tests.demo.process import Browser, DemoProcess, alive, descendants, wait_for
-from worker.demo.sinks import free_port, port_is_free
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

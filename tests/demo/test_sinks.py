@@ -10,8 +10,8 @@ from email.message import EmailMessage
 import httpx
 import pytest
 
-from shared.webhook_signing import generate_secret, signed_headers
-from worker.demo.sinks import Crm, DemoConsole, MailSink
+from jobdesk.demo.sinks import Crm, DemoConsole, MailSink
+from jobdesk.shared.webhooks.signing import generate_secret, signed_headers
 
 
 @pytest.fixture

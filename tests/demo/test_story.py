@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared import reports
-from shared.clock import db_now
-from shared.endpoints import add_endpoint
-from shared.models import jobs
-from shared.retry import Schedule
-from shared.settings import Settings, SettingsError
-from shared.states import JobStatus
-from worker.demo import hooks, story
-from worker.demo.sinks import Crm, DemoConsole, MailSink
-from worker.jobs import set_data_resolver, set_recipient_resolver
-from worker.registry import Registry, registry
-from worker.testing import drain
+from jobdesk.demo import hooks, story
+from jobdesk.demo.sinks import Crm, DemoConsole, MailSink
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.retry import Schedule
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.reports import runs as reports
+from jobdesk.shared.settings import Settings, SettingsError
+from jobdesk.shared.webhooks.endpoints import add_endpoint
+from jobdesk.worker.jobs import set_data_resolver, set_recipient_resolver
+from jobdesk.worker.registry import Registry, registry
+from jobdesk.worker.testing import drain
 
 
 class Boom(Exception):

@@ -20,12 +20,14 @@ import pytest
 import sqlalchemy as sa
 from werkzeug.serving import make_server
 
-from dashboard import create_app
-from shared.masking import fingerprint
-from shared.models import alerts, job_attempts, leases, webhook_endpoints, workers
-from shared.operators import add_operator
-from shared.queue import enqueue
-from shared.settings import Settings
+from jobdesk import enqueue
+from jobdesk.dashboard import create_app
+from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.core.masking import fingerprint
+from jobdesk.shared.core.models import job_attempts, leases, workers
+from jobdesk.shared.operator.accounts import add_operator
+from jobdesk.shared.settings import Settings
+from jobdesk.shared.webhooks.models import webhook_endpoints
 from tests.factories import make_job
 
 CHROMIUM = "/usr/bin/chromium"

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared.models import audit_log, jobs
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.operator.models import audit_log
 from tests.e2e.conftest import PASSWORD, Seeded
 
 pytestmark = pytest.mark.e2e

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from shared.models import jobs
-from shared.queue import claim
+from jobdesk.shared.core.claim import claim
+from jobdesk.shared.core.models import jobs
 
 app_metadata = sa.MetaData()
 

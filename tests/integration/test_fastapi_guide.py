@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared import enqueue
+from jobdesk import enqueue
 from tests.integration.appdb import app_tables, claim_all, jobs_with_key, signup_count, signups
 
 fastapi = pytest.importorskip("fastapi")

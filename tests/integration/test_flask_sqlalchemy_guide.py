@@ -26,7 +26,7 @@ from flask import Flask, request
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import DeclarativeBase, Mapped
 
-from shared import enqueue
+from jobdesk import enqueue
 from tests.integration.appdb import app_tables, claim_all, jobs_with_key, signup_count, signups
 
 

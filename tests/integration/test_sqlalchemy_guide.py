@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session
 
-from shared import enqueue
+from jobdesk import enqueue
 from tests.integration.appdb import (
     app_tables,
     claim_all,

@@ -37,15 +37,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from shared import transitions
-from shared.clock import db_now
-from shared.job_types import TypeDefaults, register_defaults
-from shared.models import audit_log, effects, job_attempts, jobs
-from shared.queue import JobRef, claim, enqueue
-from shared.states import ALLOWED_TRANSITIONS, CANCELLABLE, CLAIMABLE, JobStatus
+from jobdesk.shared.core import transitions
+from jobdesk.shared.core.claim import JobRef, claim
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.enqueue import enqueue
+from jobdesk.shared.core.job_types import TypeDefaults, register_defaults
+from jobdesk.shared.core.models import effects, job_attempts, jobs
+from jobdesk.shared.core.states import ALLOWED_TRANSITIONS, CANCELLABLE, CLAIMABLE, JobStatus
+from jobdesk.shared.operator.models import audit_log
 
 try:  # triage lands with the dashboard; the machine runs without those rules until then
-    from shared import triage
+    from jobdesk.shared.operator import triage
 except ImportError:  # pragma: no cover
     triage = None  # type: ignore[assignment]
 

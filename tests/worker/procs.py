@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.models import effects, job_attempts, jobs
+from jobdesk.shared.core.models import effects, job_attempts, jobs
 
 REPO = Path(__file__).resolve().parents[2]
 JOBDESK = Path(sys.executable).with_name("jobdesk")

@@ -10,10 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.queue import ClaimedJob
-from worker.context import JobContext
-from worker.executor import Attempt, CancelEvent, Kind, make_attempt
-from worker.registry import Registry, job
+from jobdesk.shared.core.claim import ClaimedJob
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.executor import Attempt, CancelEvent, Kind, make_attempt
+from jobdesk.worker.registry import Registry, job
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 ENGINE = sa.create_engine("sqlite://")

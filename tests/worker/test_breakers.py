@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared.breakers import (
+from jobdesk.shared.limits.breakers import (
     CLOSED,
     HALF_OPEN,
     OPEN,

@@ -1,4 +1,4 @@
-"""The executor's outcome mapping, through `worker.testing.drain` (same path as the runner)."""
+"""The executor's outcome mapping, through `jobdesk.worker.testing.drain` (as the runner)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared import enqueue
-from shared.clock import db_now
-from shared.errors import PermanentError, RetryAfter, Snooze
-from shared.models import job_attempts, jobs
-from shared.retry import Schedule
-from worker.context import JobContext
-from worker.executor import Kind
-from worker.registry import Registry, job
-from worker.testing import drain
+from jobdesk import PermanentError, RetryAfter, Snooze, enqueue
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.retry import Schedule
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.executor import Kind
+from jobdesk.worker.registry import Registry, job
+from jobdesk.worker.testing import drain
 
 
 @pytest.fixture

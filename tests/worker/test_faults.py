@@ -9,13 +9,13 @@ from collections import Counter
 import pytest
 import sqlalchemy as sa
 
-from shared import NewJob, enqueue, enqueue_many
-from shared.models import workers
-from shared.settings import Settings
+from jobdesk import NewJob, enqueue, enqueue_many
+from jobdesk.shared.core.models import workers
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.config import WorkerConfig
+from jobdesk.worker.registry import Registry
+from jobdesk.worker.runner import Runner
 from tests.worker.procs import Workers, all_done, attempts_of, effect_rows, job, statuses, wait_for
-from worker.config import WorkerConfig
-from worker.registry import Registry
-from worker.runner import Runner
 
 pytestmark = pytest.mark.slow
 
@@ -102,8 +102,8 @@ def test_d9_three_sqlite_workers_never_double_claim(engine: sa.Engine, procs: Wo
 
 
 def test_f7_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -> None:
+    from jobdesk.worker.registry import registry
     from tests.worker.jobmods import basic  # noqa: F401  (registers t.* in the registry)
-    from worker.registry import registry
 
     reg = Registry()
     for name in ("t.effect",):

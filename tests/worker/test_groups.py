@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared import NewJob, enqueue, enqueue_many
-from shared.clock import db_now
-from shared.errors import PermanentError
-from shared.retry import Schedule
+from jobdesk import NewJob, PermanentError, enqueue, enqueue_many
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.retry import Schedule
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.registry import Registry, job
+from jobdesk.worker.testing import drain
 from tests.worker.procs import Workers, all_done, attempts_of, effect_rows, wait_for
 from tests.worker.procs import job as job_row
-from worker.context import JobContext
-from worker.registry import Registry, job
-from worker.testing import drain
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared.leader import LEADER, acquire_lease, current_lease, release_lease
-from shared.worker_registry import (
+from jobdesk.shared.core.leader import LEADER, acquire_lease, current_lease, release_lease
+from jobdesk.shared.core.worker_registry import (
     deregister_worker,
     heartbeat_worker,
     list_live_workers,

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared import NewJob, enqueue, enqueue_many
-from shared.breakers import (
+from jobdesk import NewJob, Snooze, enqueue, enqueue_many
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.limits.breakers import (
     CLOSED,
     HALF_OPEN,
     OPEN,
@@ -19,13 +20,11 @@ from shared.breakers import (
     record_failure,
     record_success,
 )
-from shared.clock import db_now
-from shared.errors import Snooze
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.registry import Registry
+from jobdesk.worker.registry import job as job_decorator
+from jobdesk.worker.testing import drain
 from tests.worker.procs import Workers, all_done, effect_rows, job, wait_for
-from worker.context import JobContext
-from worker.registry import Registry
-from worker.registry import job as job_decorator
-from worker.testing import drain
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from shared import enqueue
+from jobdesk import enqueue
 from tests.worker.procs import Workers, all_done, wait_for
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared.ratelimits import reset_limit, try_acquire
+from jobdesk.shared.limits.rate_limits import reset_limit, try_acquire
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

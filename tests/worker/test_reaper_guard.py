@@ -1,7 +1,7 @@
 """The reaper waits for heartbeats to get through after it lost the database."""
 
-from shared.settings import Settings
-from worker.maintenance.reaper import ContactGuard
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.maintenance.reaper import ContactGuard
 
 SETTINGS = Settings(reaper_interval_seconds=1.0, heartbeat_seconds=2.0)
 

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from shared import enqueue
-from shared.clock import db_now
-from shared.leader import LEADER, current_lease
-from shared.models import workers
+from jobdesk import enqueue
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.leader import LEADER, current_lease
+from jobdesk.shared.core.models import workers
 from tests.worker.procs import (
     Worker,
     Workers,

@@ -6,10 +6,10 @@ address), `set_data_resolver` (build a webhook's data from `data_ref`) and
 `set_mail_provider` (replace SMTP by another provider).
 """
 
-from shared.report_definitions import ReportDefinition, register_report
-from worker.jobs import email, report, webhook
-from worker.jobs.email import set_mail_provider
-from worker.jobs.hooks import Recipient, set_data_resolver, set_recipient_resolver
+from jobdesk.shared.reports.definitions import ReportDefinition, register_report
+from jobdesk.worker.jobs import email, report, webhook
+from jobdesk.worker.jobs.email import set_mail_provider
+from jobdesk.worker.jobs.hooks import Recipient, set_data_resolver, set_recipient_resolver
 
 __all__ = [
     "Recipient",

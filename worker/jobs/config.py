@@ -29,11 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.settings import Settings, SettingsError, parse_int, parse_seconds
-from worker.registry import RateLimit
+from jobdesk.shared.assets import asset_path
+from jobdesk.shared.settings import Settings, SettingsError, parse_int, parse_seconds
+from jobdesk.worker.registry import RateLimit
 
-BUILTIN_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "email"
-_INSTALLED_TEMPLATES = Path(__file__).resolve().parents[2] / "dashboard" / "templates" / "email"
+BUILTIN_TEMPLATES = asset_path("templates", "email")
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,7 @@ def _seconds(extra: dict[str, str], name: str, default: float, minimum: float = 
 def _templates_dir(raw: str | None) -> Path:
     if raw:
         return Path(raw)
-    # A wheel install ships the repository's templates/ under dashboard/templates/.
-    return BUILTIN_TEMPLATES if BUILTIN_TEMPLATES.is_dir() else _INSTALLED_TEMPLATES
+    return BUILTIN_TEMPLATES
 
 
 def jobs_config(settings: Settings | None = None) -> JobsConfig:

@@ -30,15 +30,15 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from shared.clock import db_now
-from shared.deliveries import delivery_origin
-from shared.effects import find_effect, record_effect
-from shared.errors import PermanentError
-from shared.masking import mask_email
-from shared.retry import ExponentialBackoff
-from worker.context import JobContext
-from worker.jobs.config import JobsConfig, jobs_config
-from worker.jobs.email_provider import (
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.effects import find_effect, record_effect
+from jobdesk.shared.core.errors import PermanentError
+from jobdesk.shared.core.masking import mask_email
+from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.shared.webhooks.deliveries import delivery_origin
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.jobs.config import JobsConfig, jobs_config
+from jobdesk.worker.jobs.email_provider import (
     MailConfigError,
     MailProvider,
     PermanentMailError,
@@ -46,10 +46,10 @@ from worker.jobs.email_provider import (
     TransientMailError,
     parse_smtp_url,
 )
-from worker.jobs.email_templates import RenderedEmail, TemplateError, load_template, render
-from worker.jobs.guards import DbTime, pass_guards, record_health
-from worker.jobs.hooks import NoResolverError, resolve_recipient
-from worker.registry import job
+from jobdesk.worker.jobs.email_templates import RenderedEmail, TemplateError, load_template, render
+from jobdesk.worker.jobs.guards import DbTime, pass_guards, record_health
+from jobdesk.worker.jobs.hooks import NoResolverError, resolve_recipient
+from jobdesk.worker.registry import job
 
 EMAIL_BACKOFF = ExponentialBackoff(base=timedelta(seconds=30), cap=timedelta(hours=2))
 MAX_ADDRESS_LENGTH = 254

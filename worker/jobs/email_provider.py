@@ -29,7 +29,7 @@ from email.policy import SMTP as SMTP_POLICY
 from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from shared.masking import sanitize_error
+from jobdesk.shared.core.masking import sanitize_error
 
 PROVIDER_KEY = "smtp:default"
 _QUEUED_AS = re.compile(r"(?i)queued as\s+<?([A-Za-z0-9._@-]+)>?")

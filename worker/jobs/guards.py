@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from shared import breakers, ratelimits
-from shared.errors import Snooze
-from worker.jobs.config import JobsConfig
-from worker.registry import RateLimit
+from jobdesk.shared.core.errors import Snooze
+from jobdesk.shared.limits import breakers
+from jobdesk.shared.limits import rate_limits as ratelimits
+from jobdesk.worker.jobs.config import JobsConfig
+from jobdesk.worker.registry import RateLimit
 
 
 class DbTime:

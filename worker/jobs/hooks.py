@@ -9,7 +9,7 @@
 
 Register them in the job module the worker loads (`JOBDESK_JOB_MODULES`), e.g.::
 
-    from worker.jobs import Recipient, set_recipient_resolver
+    from jobdesk.worker.jobs import Recipient, set_recipient_resolver
 
     def find_user(user_id):
         user = db.get_user(user_id)
@@ -59,7 +59,7 @@ def resolve_recipient(user_id: int) -> Recipient | None:
     fn: RecipientResolver | None = _hooks["recipient"]
     if fn is None:
         raise NoResolverError(
-            "to_user_id needs a recipient resolver (worker.jobs.set_recipient_resolver)"
+            "to_user_id needs a recipient resolver (jobdesk.worker.jobs.set_recipient_resolver)"
         )
     found = fn(user_id)
     if found is None or isinstance(found, Recipient):

@@ -24,20 +24,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from shared import reports
-from shared.clock import db_now
-from shared.errors import PermanentError, Snooze, ValidationError
-from shared.queue import NewJob, enqueue_many
-from shared.report_definitions import (
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.enqueue import NewJob, enqueue_many
+from jobdesk.shared.core.errors import PermanentError, Snooze, ValidationError
+from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.shared.reports import runs as reports
+from jobdesk.shared.reports.definitions import (
     ReportDefinition,
     aggregate_slice,
     get_report,
     plan_slices,
 )
-from shared.retry import ExponentialBackoff
-from worker.context import JobContext
-from worker.jobs.config import jobs_config
-from worker.registry import job
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.jobs.config import jobs_config
+from jobdesk.worker.registry import job
 
 CHUNK_BACKOFF = ExponentialBackoff(base=timedelta(seconds=10), cap=timedelta(minutes=10))
 MAX_REQUESTED_BY = 100

@@ -37,20 +37,20 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from shared.clock import db_now
-from shared.deliveries import delivery_origin, excerpt, record_delivery
-from shared.effects import find_effect, record_effect
-from shared.endpoints import Endpoint, disable_endpoint, get_endpoint
-from shared.errors import PermanentError, RetryAfter, Snooze
-from shared.retry import Schedule
-from shared.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
-from shared.webhook_signing import signed_headers
-from worker.context import JobContext
-from worker.jobs.config import JobsConfig, jobs_config
-from worker.jobs.guards import DbTime, pass_guards, record_health
-from worker.jobs.hooks import resolve_data
-from worker.jobs.webhook_http import HttpResult, post
-from worker.registry import job
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.effects import find_effect, record_effect
+from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
+from jobdesk.shared.core.retry import Schedule
+from jobdesk.shared.webhooks.deliveries import delivery_origin, excerpt, record_delivery
+from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint, get_endpoint
+from jobdesk.shared.webhooks.signing import signed_headers
+from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.jobs.config import JobsConfig, jobs_config
+from jobdesk.worker.jobs.guards import DbTime, pass_guards, record_health
+from jobdesk.worker.jobs.hooks import resolve_data
+from jobdesk.worker.jobs.webhook_http import HttpResult, post
+from jobdesk.worker.registry import job
 
 #: 1 min, 5 min, 30 min, 2 h, 6 h, then every 12 h (+ up to 10 % jitter).
 WEBHOOK_SCHEDULE = Schedule.of_seconds([60, 300, 1800, 7200, 21600, 43200])

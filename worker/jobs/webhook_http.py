@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from shared.ssrf import VettedTarget
+from jobdesk.shared.webhooks.ssrf import VettedTarget
 
 MAX_RESPONSE_BYTES = 64 * 1024
 MAX_CLIENTS = 64

@@ -3,7 +3,7 @@
 Run by the maintenance leader every `JOBDESK_ALERT_INTERVAL_SECONDS` (default 60). Each
 rule runs in its own transaction, so a rule that fails (and is logged) does not keep the
 others from opening or resolving their alerts. Running it twice, or on two leaders at
-once during a hand-over, is harmless: see `shared.alerts`.
+once during a hand-over, is harmless: see `jobdesk.shared.alerts.store`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared.alert_rules import RULE_TYPES, AlertConfig
-from shared.alerts import RuleOutcome, apply_findings, evaluate_rule
-from shared.clock import db_now
-from shared.settings import Settings
+from jobdesk.shared.alerts.config import RULE_TYPES, AlertConfig
+from jobdesk.shared.alerts.store import RuleOutcome, apply_findings, evaluate_rule
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.settings import Settings
 
 log = logging.getLogger("jobdesk.maintenance.alerter")
 

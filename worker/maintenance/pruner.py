@@ -4,7 +4,7 @@ Each category is deleted in batches (`JOBDESK_RETENTION_BATCH_SIZE`, default 1,0
 an id cursor, one transaction per batch, at most `JOBDESK_RETENTION_MAX_BATCHES` batches
 per category and run — a large backlog is worked off over several runs instead of one
 long lock-holding DELETE. Unresolved dead letters are never touched (see
-`shared.retention`). Expired report files are removed from disk before their rows.
+`jobdesk.shared.retention.pruning`). Expired report files are removed from disk before their rows.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared import retention
-from shared.clock import db_now
-from shared.retention import Batch, RetentionPolicy
-from shared.settings import Settings
-from shared.states import JobStatus
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.retention import pruning as retention
+from jobdesk.shared.retention.pruning import Batch, RetentionPolicy
+from jobdesk.shared.settings import Settings
 
 log = logging.getLogger("jobdesk.maintenance.pruner")
 

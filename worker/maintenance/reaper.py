@@ -23,9 +23,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared.settings import Settings
-from shared.transitions import rescue_expired
-from worker.registry import registry
+from jobdesk.shared.core.transitions import rescue_expired
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.registry import registry
 
 log = logging.getLogger("jobdesk.maintenance.reaper")
 

@@ -21,10 +21,10 @@ import sqlalchemy as sa
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from shared.leader import LEADER, acquire_lease, release_lease
-from shared.settings import Settings
-from worker.maintenance.tasks import TASKS, MaintenanceTask
-from worker.resilience import DB_ERRORS
+from jobdesk.shared.core.leader import LEADER, acquire_lease, release_lease
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.maintenance.tasks import TASKS, MaintenanceTask
+from jobdesk.worker.resilience import DB_ERRORS
 
 log = logging.getLogger("jobdesk.maintenance")
 

@@ -16,8 +16,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from shared.settings import Settings
-from worker.maintenance import alerter, pruner, reaper, worker_pruner
+from jobdesk.shared.settings import Settings
+from jobdesk.worker.maintenance import alerter, pruner, reaper, worker_pruner
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from shared.settings import Settings, parse_seconds
-from shared.worker_registry import prune_stale_workers
+from jobdesk.shared.core.worker_registry import prune_stale_workers
+from jobdesk.shared.settings import Settings, parse_seconds
 
 log = logging.getLogger("jobdesk.maintenance.worker_pruner")
 

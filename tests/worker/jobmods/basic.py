@@ -14,11 +14,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.effects import record_effect
-from shared.errors import PermanentError, RetryAfter, Snooze
-from shared.retry import ExponentialBackoff
-from worker import job
-from worker.context import JobContext
+from jobdesk import PermanentError, RetryAfter, Snooze, job
+from jobdesk.shared.core.effects import record_effect
+from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.worker.context import JobContext
 
 FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=0.5))
 

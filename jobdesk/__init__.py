@@ -1,0 +1,39 @@
+"""Jobdesk: a background job queue that lives in your database, with an operator dashboard.
+
+Enqueue from your app, in your own transaction::
+
+    from jobdesk import enqueue
+
+    with engine.begin() as conn:
+        conn.execute(users.insert().values(id=42, email="ana@example.com"))
+        enqueue(conn, "email.send", {"to": "ana@example.com", "template": "welcome"},
+                idempotency_key="welcome_email:user:42")
+
+Write job types for the worker (`jobdesk worker --jobs yourapp.jobs`)::
+
+    from jobdesk import job, PermanentError, RetryAfter
+
+    @job("crm.sync", queue="webhooks", max_attempts=8, timeout=10)
+    def crm_sync(payload: dict, ctx) -> dict | None: ...
+
+The dashboard is `jobdesk.dashboard.create_app()` (or `init_dashboard(app)` to mount it
+in your Flask app). Everything Jobdesk stores is in `jobdesk_*` tables.
+"""
+
+from __future__ import annotations
+
+from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
+from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
+from jobdesk.worker.registry import RateLimit, job
+
+__all__ = [
+    "NewJob",
+    "PermanentError",
+    "RateLimit",
+    "RetryAfter",
+    "Snooze",
+    "ValidationError",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]

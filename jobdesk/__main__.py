@@ -1,0 +1,5 @@
+"""`python -m jobdesk` is the `jobdesk` command."""
+
+from jobdesk.cli import main
+
+main()

@@ -1,0 +1,81 @@
+"""The root `jobdesk` click group and the helpers every command shares."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="jobdesk", prog_name="jobdesk")
+@click.option(
+    "--database-url",
+    envvar="JOBDESK_DATABASE_URL",
+    metavar="URL",
+    help="Database to use (env JOBDESK_DATABASE_URL; default: sqlite:///jobdesk.db "
+    "in the working directory).",
+)
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None) -> None:
+    """Jobdesk: a database-backed job queue with an operator dashboard."""
+    ctx.ensure_object(dict)
+    ctx.obj["database_url"] = database_url
+
+
+def user_errors(func: Callable[P, T]) -> Callable[P, T]:
+    """Turn the errors a user can cause into one clear line and exit status 1/2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        import sqlalchemy as sa
+
+        from jobdesk.shared.core.errors import JobdeskError
+        from jobdesk.shared.settings import SettingsError
+
+        try:
+            return func(*args, **kwargs)
+        except (JobdeskError, SettingsError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except sa.exc.OperationalError as exc:
+            detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            if "no such table" in detail:  # SQLite reports a missing schema this way
+                raise click.ClickException(
+                    f"database error: {detail} (run `jobdesk migrate` first)"
+                ) from None
+            raise click.ClickException(f"database unavailable: {detail}") from None
+        except sa.exc.ProgrammingError as exc:
+            detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            if "does not exist" in detail or "no such table" in detail:
+                detail += " (run `jobdesk migrate` first)"
+            raise click.ClickException(f"database error: {detail}") from None
+
+    return wrapper
+
+
+def engine_from(ctx: click.Context, **kwargs: Any) -> Any:
+    """Build the engine for the URL given on the command line or in the environment."""
+    from jobdesk.shared.core.db import make_engine
+    from jobdesk.shared.settings import Settings
+
+    settings = Settings.from_env()
+    url = (ctx.find_root().obj or {}).get("database_url") or settings.database_url
+    return make_engine(url, settings=settings, **kwargs)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def read_secret(prompt: str) -> str:
+    """A password from stdin when piped, otherwise from a hidden prompt."""
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\n")
+    return str(click.prompt(prompt, hide_input=True, confirmation_prompt=True))

@@ -1,0 +1,141 @@
+"""`jobdesk migrate`, `jobdesk enqueue`, `jobdesk stats`: the schema and the queue itself."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import click
+
+from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
+
+
+@cli.command()
+@click.pass_context
+@user_errors
+def migrate(ctx: click.Context) -> None:
+    """Create or upgrade the database schema to the latest version."""
+    from jobdesk.shared.migrate import current_revision, head_revision, upgrade
+
+    engine = engine_from(ctx)
+    before = current_revision(engine)
+    upgrade(engine)
+    after = current_revision(engine)
+    if before == after:
+        click.echo(f"schema already at {after} (head {head_revision()})")
+    else:
+        click.echo(f"schema upgraded {before or 'empty'} -> {after}")
+
+
+def _parse_payload(raw: str) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise click.BadParameter(f"{name} is not allowed in a JSON payload")
+
+
+def _parse_when(raw: str | None) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise click.BadParameter(
+            f"{raw!r} is not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00Z)"
+        ) from None
+    if value.tzinfo is None:
+        raise click.BadParameter("give a time zone, e.g. 2026-12-01T09:00:00Z or +01:00")
+    return value
+
+
+@cli.command()
+@click.argument("job_type")
+@click.argument("payload", metavar="JSON")
+@click.option("--queue", help="Queue name (default: the type's queue).")
+@click.option("--priority", type=int, help="0 (most urgent) to 9; default 5 or the type's.")
+@click.option("--run-at", help="ISO 8601 time with zone; default: now.")
+@click.option("--idempotency-key", help="Enqueue at most once per key.")
+@click.option("--group-key", help="Jobs sharing a group key run one at a time, in order.")
+@click.option("--max-attempts", type=int, help="1-100; default 5 or the type's.")
+@click.pass_context
+@user_errors
+def enqueue(
+    ctx: click.Context,
+    job_type: str,
+    payload: str,
+    queue: str | None,
+    priority: int | None,
+    run_at: str | None,
+    idempotency_key: str | None,
+    group_key: str | None,
+    max_attempts: int | None,
+) -> None:
+    """Enqueue one job of JOB_TYPE with a JSON object payload; prints the job id."""
+    from jobdesk.shared.core.enqueue import enqueue as enqueue_job
+
+    data = _parse_payload(payload)
+    when = _parse_with_param("--run-at", run_at)
+    engine = engine_from(ctx)
+    with engine.begin() as conn:
+        job_id = enqueue_job(
+            conn,
+            job_type,
+            data,
+            queue=queue,
+            priority=priority,
+            run_at=when,
+            idempotency_key=idempotency_key,
+            group_key=group_key,
+            max_attempts=max_attempts,
+        )
+    click.echo(job_id)
+
+
+def _parse_with_param(name: str, raw: str | None) -> datetime | None:
+    try:
+        return _parse_when(raw)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=name) from None
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+@user_errors
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts by status, queue and type, and the oldest queued age."""
+    from jobdesk.shared.operator.stats import summarize
+
+    engine = engine_from(ctx, sqlite_begin="DEFERRED")
+    with engine.connect() as conn:
+        data = summarize(conn)
+    if as_json:
+        echo_json(data)
+        return
+    _print_stats(data)
+
+
+def _print_stats(data: dict[str, Any]) -> None:
+    statuses = list(data["by_status"])
+    click.echo("  ".join(f"{s}={data['by_status'][s]}" for s in statuses))
+    oldest = data["oldest_queued_age_seconds_max"]
+    click.echo(f"total={data['total']}  oldest queued age={oldest:.1f}s")
+    alerts = data.get("open_alerts", {})
+    click.echo(
+        f"dead letters: {data.get('dead_letters_24h', 0)} in the last 24 h, "
+        f"{data.get('dead_letters_unresolved', 0)} unresolved  open alerts: "
+        + (", ".join(f"{rule}={n}" for rule, n in sorted(alerts.items())) or "none")
+    )
+    if not data["by_queue_type"]:
+        click.echo("(no jobs)")
+        return
+    click.echo(f"{'queue':<16} {'type':<28} " + " ".join(f"{s:>9}" for s in statuses))
+    for row in data["by_queue_type"]:
+        counts = row["counts"]
+        cells = " ".join(f"{counts.get(s, 0):>9}" for s in statuses)
+        click.echo(f"{row['queue']:<16} {row['job_type']:<28} {cells}")

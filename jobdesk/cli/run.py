@@ -1,0 +1,219 @@
+"""`jobdesk worker`: run jobs until SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import click
+
+from jobdesk.cli.app import cli, engine_from, user_errors
+
+if TYPE_CHECKING:
+    from jobdesk.shared.settings import Settings
+    from jobdesk.worker.completer import RecordOutcome
+
+
+@cli.command("worker")
+@click.option(
+    "--queues",
+    envvar="JOBDESK_QUEUES",
+    metavar="SPEC",
+    help="Queues to work and their slots: 'email,webhooks' share --concurrency slots; "
+    "'email=4,reports=1' gives each queue its own slots so urgent queues never wait "
+    "behind slow ones. Default: every queue. (env JOBDESK_QUEUES)",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    envvar="JOBDESK_CONCURRENCY",
+    default=10,
+    show_default=True,
+    help="Handlers running at once in this process (for queues listed without '=N'). "
+    "(env JOBDESK_CONCURRENCY)",
+)
+@click.option(
+    "--jobs",
+    "job_modules",
+    metavar="MOD[,MOD]",
+    multiple=True,
+    help="Importable modules that register job types with @job; repeat or separate with "
+    "commas. Replaces JOBDESK_JOB_MODULES. The current directory is importable.",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="Grace period on SIGTERM for running jobs before they are released back to the "
+    "queue (attempt not counted). (env JOBDESK_SHUTDOWN_TIMEOUT_SECONDS, default 30)",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0, min_open=True),
+    metavar="SECONDS",
+    help="How often to look for due jobs without a wake-up (PostgreSQL also wakes on "
+    "enqueue via LISTEN/NOTIFY; SQLite polls only). (env JOBDESK_POLL_INTERVAL_SECONDS, "
+    "default 1)",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(1),
+    metavar="SECONDS",
+    help="Lease on claimed jobs, renewed by heartbeats while they run; a worker silent "
+    "this long is presumed dead and its jobs are retried. (env JOBDESK_LEASE_SECONDS, "
+    "default 30)",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text or one JSON object per line. (env JOBDESK_LOG_FORMAT, default text)",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    envvar="JOBDESK_LOG_LEVEL",
+    default="info",
+    show_default=True,
+    help="'debug' adds one line per succeeded job (other outcomes are logged at info). "
+    "(env JOBDESK_LOG_LEVEL)",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="JOBDESK_WORKER_METRICS_PORT",
+    metavar="PORT",
+    help="Serve this process's Prometheus metrics (jobs finished by type and outcome, "
+    "attempt durations) on this port; 0 picks a free one. Bound to "
+    "JOBDESK_WORKER_METRICS_HOST (default 127.0.0.1). Off unless set. "
+    "(env JOBDESK_WORKER_METRICS_PORT)",
+)
+@click.pass_context
+@user_errors
+def worker(
+    ctx: click.Context,
+    queues: str | None,
+    concurrency: int,
+    job_modules: tuple[str, ...],
+    shutdown_timeout: float | None,
+    poll_interval: float | None,
+    lease: float | None,
+    log_format: str | None,
+    log_level: str,
+    metrics_port: int | None,
+) -> None:
+    """Run jobs: claim due jobs of the registered types, run them with timeouts and
+    retries, until SIGTERM or SIGINT (graceful: running jobs finish or are released;
+    a second signal releases them at once).
+
+    Run one per container or systemd unit with `exec jobdesk worker` so signals reach
+    it. Any number of workers on any number of hosts may share one PostgreSQL database;
+    exactly one of them (elected through the database) runs maintenance such as the
+    reaper. Exit status: 0 after a clean shutdown, 3 when too many handler threads
+    were stuck past their timeout (restart it), 1 on a configuration error.
+    """
+    from jobdesk.shared.settings import Settings
+    from jobdesk.worker import logs
+    from jobdesk.worker.config import RESERVED_CONNECTIONS, ConfigError, WorkerConfig
+    from jobdesk.worker.registry import JobModuleError, load_modules, registry
+    from jobdesk.worker.runner import Runner
+
+    settings = Settings.from_env()
+    overrides: dict[str, object] = {}
+    if shutdown_timeout is not None:
+        overrides["shutdown_timeout_seconds"] = shutdown_timeout
+    if poll_interval is not None:
+        overrides["poll_interval_seconds"] = poll_interval
+    if lease is not None:
+        overrides["lease_seconds"] = lease
+    if log_format is not None:
+        overrides["log_format"] = log_format
+    modules = [m.strip() for raw in job_modules for m in raw.split(",") if m.strip()]
+    if modules:
+        overrides["job_modules"] = tuple(modules)
+    settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+    logs.configure(settings.log_format, log_level)
+    try:
+        config = WorkerConfig.build(settings, queues=queues, concurrency=concurrency)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        if importlib.util.find_spec("jobdesk.worker.jobs") is not None:
+            load_modules(["jobdesk.worker.jobs"])
+        load_modules(settings.job_modules)
+    except JobModuleError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not len(registry):
+        raise click.ClickException(
+            "no job types registered: name your job modules with --jobs or JOBDESK_JOB_MODULES"
+        )
+    # D4: the runtime (claims, completer, heartbeat, maintenance) has its own pool, so
+    # handlers holding every connection can never starve lease renewal or completion.
+    engine = engine_from(ctx, pool_size=RESERVED_CONNECTIONS, application_name="jobdesk-worker")
+    handler_pool = min(config.total_slots, settings.db_pool_size)
+    handler_engine = engine_from(ctx, pool_size=handler_pool, application_name="jobdesk-jobs")
+    if config.total_slots > settings.db_pool_size:
+        click.echo(
+            f"note: {config.total_slots} slots share {settings.db_pool_size} database "
+            "connections for handlers (JOBDESK_DB_POOL_SIZE); handlers that use the "
+            "database may wait for one",
+            err=True,
+        )
+    with _metrics(settings, metrics_port) as record_outcome:
+        runner = Runner(
+            engine,
+            registry=registry,
+            config=config,
+            settings=settings,
+            handler_engine=handler_engine,
+            tune_gc=True,
+            record_outcome=record_outcome,
+        )
+        code = runner.run()
+    engine.dispose()
+    handler_engine.dispose()
+    ctx.exit(code)
+
+
+@contextlib.contextmanager
+def _metrics(settings: Settings, port: int | None) -> Iterator[RecordOutcome | None]:
+    """Serve metrics while the worker runs, when a port is configured; yields the
+    completer's hook (None: metrics off, nothing is recorded)."""
+    from jobdesk.worker.metrics import (
+        DEFAULT_HOST,
+        metrics_address,
+        record_outcome,
+        start_metrics_server,
+    )
+
+    address = metrics_address(settings)  # validates the environment variables
+    if port is not None:
+        address = (settings.extra.get("worker_metrics_host", "").strip() or DEFAULT_HOST, port)
+    if address is None:
+        yield None
+        return
+    host, port = address
+    try:
+        server = start_metrics_server(port, host)
+    except OSError as exc:
+        raise click.ClickException(
+            f"--metrics-port / JOBDESK_WORKER_METRICS_PORT: cannot listen on {host}:{port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    logging.getLogger("jobdesk.worker").info(
+        "metrics on http://%s:%d/metrics",
+        host,
+        server.port,
+        extra={"action": "metrics_listening", "host": host, "port": server.port},
+    )
+    try:
+        yield record_outcome
+    finally:
+        server.stop()

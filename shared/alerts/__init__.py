@@ -1,0 +1,1 @@
+"""Alerts: rules evaluated from the database, their open/resolved rows and notifications."""

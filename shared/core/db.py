@@ -1,0 +1,129 @@
+"""Engines for SQLite and PostgreSQL with the settings a job queue needs.
+
+SQLite: WAL (readers never block the writer), a busy timeout, foreign keys on, and every
+transaction opened with `BEGIN IMMEDIATE` so a claim takes the write lock up front —
+a deferred transaction that later upgrades to a writer can fail with "database is
+locked" no matter how long the busy timeout is. Read-only users (the dashboard) can ask
+for deferred transactions with `sqlite_begin="DEFERRED"`.
+
+PostgreSQL: psycopg 3, a sized pool with pre-ping, connect timeout, TCP keepalives and a
+statement timeout so no call can hang forever when the server or network stalls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+
+from jobdesk.shared.settings import Settings, SettingsError
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+class SerializedJSON(str):
+    """A JSON document already serialised (and validated) by enqueue.
+
+    The engine's JSON serializer passes it through unchanged, so the hot enqueue path
+    encodes each payload exactly once.
+    """
+
+    __slots__ = ()
+
+
+def dump_json(value: Any) -> str:
+    if isinstance(value, SerializedJSON):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def is_postgresql(bind: sa.Connection | Engine) -> bool:
+    return bind.dialect.name == "postgresql"
+
+
+def make_engine(
+    url: str | None = None,
+    *,
+    settings: Settings | None = None,
+    sqlite_begin: str = "IMMEDIATE",
+    pool_size: int | None = None,
+    application_name: str = "jobdesk",
+) -> Engine:
+    """Create an engine for `url` (default: the configured database URL)."""
+    settings = settings or Settings.from_env()
+    url = url or settings.database_url
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        raise SettingsError(
+            f"JOBDESK_DATABASE_URL: cannot parse {url!r}; use sqlite:///path.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        return _make_sqlite_engine(url, sqlite_begin)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return _make_postgresql_engine(
+            parsed, settings, pool_size or settings.db_pool_size, application_name
+        )
+    raise SettingsError(
+        f"JOBDESK_DATABASE_URL: unsupported database {parsed.get_backend_name()!r}; "
+        "use sqlite:///path.db or postgresql+psycopg://user@host/db"
+    )
+
+
+def _make_sqlite_engine(url: str, begin: str) -> Engine:
+    if begin not in ("IMMEDIATE", "DEFERRED"):
+        raise ValueError("sqlite_begin must be IMMEDIATE or DEFERRED")
+    engine = sa.create_engine(
+        url,
+        json_serializer=dump_json,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        pool_pre_ping=False,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN is ours to issue.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql(f"BEGIN {begin}")
+
+    return engine
+
+
+def _make_postgresql_engine(
+    url: sa.URL, settings: Settings, pool_size: int, application_name: str
+) -> Engine:
+    statement_timeout_ms = int(settings.db_statement_timeout_seconds * 1000)
+    return sa.create_engine(
+        url,
+        json_serializer=dump_json,
+        pool_size=pool_size,
+        max_overflow=max(2, pool_size // 2),
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        pool_timeout=max(settings.db_connect_timeout_seconds, 5.0),
+        connect_args={
+            "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+            "application_name": application_name,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            "options": f"-c statement_timeout={statement_timeout_ms}"
+            " -c idle_in_transaction_session_timeout=600000",
+        },
+    )

@@ -1,0 +1,181 @@
+"""Putting jobs in: `enqueue` and `enqueue_many`.
+
+Enqueue joins the caller's transaction: pass the SQLAlchemy `Connection` or `Session`
+the app is already writing with, and the job commits or rolls back with the app's own
+rows — "user created but no job" cannot happen. On PostgreSQL a `pg_notify` in the same
+transaction wakes idle workers when (and only when) it commits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, scoped_session
+
+from jobdesk.shared.core import validation
+from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.job_types import defaults_for
+from jobdesk.shared.settings import Settings
+
+__all__ = ["NOTIFY_CHANNEL", "NewJob", "connection_of", "enqueue", "enqueue_many"]
+
+#: `scoped_session` is what Flask-SQLAlchemy's `db.session` is.
+Bind = sa.Connection | Session | scoped_session[Session]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job to enqueue; options left as None take the job type's defaults."""
+
+    job_type: str
+    payload: Mapping[str, Any]
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+    group_key: str | None = None
+    timeout: float | None = None
+
+
+def connection_of(bind: object) -> sa.Connection:
+    """The connection to write through, refusing binds that have no transaction to join."""
+    if isinstance(bind, Session | scoped_session):
+        return bind.connection()
+    if isinstance(bind, sa.Connection):
+        return bind
+    if isinstance(bind, sa.Engine):
+        raise TypeError(
+            "enqueue needs a Connection or Session so the job joins your transaction; "
+            "use `with engine.begin() as conn: enqueue(conn, ...)`"
+        )
+    raise TypeError(f"enqueue needs a SQLAlchemy Connection or Session, got {type(bind).__name__}")
+
+
+def enqueue(
+    bind: Bind,
+    job_type: str,
+    payload: Mapping[str, Any],
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    group_key: str | None = None,
+    timeout: float | None = None,
+    max_payload_bytes: int | None = None,
+) -> int:
+    """Insert one job in the caller's transaction and return its id.
+
+    Everything is validated first (`ValidationError` names the field); nothing is
+    written when it fails. On PostgreSQL the same statement notifies idle workers,
+    delivered only if the caller commits.
+
+    Idempotency: a duplicate `idempotency_key` returns the existing job's id instead of
+    raising — whatever that job's state: queued, running, succeeded, dead or cancelled.
+    The key stays taken until the job is pruned; only then can it enqueue a new job.
+    (Operator retries of a dead job create a new job that copies the key, for the
+    effects ledger, but such retries are not counted by this check.) Under concurrent
+    enqueues of one key on PostgreSQL, the later transaction waits for the earlier one
+    and then gets its id (or inserts, if the earlier one rolled back).
+    """
+    conn = connection_of(bind)
+    spec = NewJob(
+        job_type,
+        payload,
+        queue,
+        priority,
+        run_at,
+        max_attempts,
+        idempotency_key,
+        group_key,
+        timeout,
+    )
+    row = _row_for(spec, max_payload_bytes or _configured_payload_limit())
+    return insert_rows(conn, [row])[0]
+
+
+def enqueue_many(
+    bind: Bind,
+    new_jobs: Iterable[NewJob | Mapping[str, Any]],
+    *,
+    max_payload_bytes: int | None = None,
+) -> list[int]:
+    """Insert many jobs (one statement on PostgreSQL); returns their ids in input order.
+
+    Items are `NewJob`s or mappings with the same fields. Everything is validated before
+    anything is written, so a bad item refuses the whole batch; the error names its
+    index (`jobs[3].payload`). Idempotency works as in `enqueue`; a key repeated within
+    the batch yields one job whose id is returned at every position that carries it.
+    """
+    conn = connection_of(bind)
+    limit = max_payload_bytes or _configured_payload_limit()
+    rows: list[JobRow] = []
+    for index, item in enumerate(new_jobs):
+        spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index)
+        try:
+            rows.append(_row_for(spec, limit))
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
+    return insert_rows(conn, rows)
+
+
+_payload_limit_cache: dict[str | None, int] = {}
+
+
+def _configured_payload_limit() -> int:
+    """`JOBDESK_MAX_PAYLOAD_BYTES`, re-read only when the variable changes."""
+    raw = os.environ.get("JOBDESK_MAX_PAYLOAD_BYTES")
+    limit = _payload_limit_cache.get(raw)
+    if limit is None:
+        settings = Settings.from_env({} if raw is None else {"JOBDESK_MAX_PAYLOAD_BYTES": raw})
+        limit = _payload_limit_cache.setdefault(raw, settings.max_payload_bytes)
+    return limit
+
+
+_SPEC_FIELDS = frozenset(NewJob.__dataclass_fields__)
+
+
+def _spec_from_mapping(item: object, index: int) -> NewJob:
+    if not isinstance(item, Mapping):
+        raise ValidationError(
+            f"jobs[{index}]", f"must be a NewJob or a mapping, got {type(item).__name__}"
+        )
+    unknown = set(item) - _SPEC_FIELDS
+    if unknown:
+        shown = ", ".join(sorted(map(str, unknown)))
+        raise ValidationError(f"jobs[{index}]", f"unknown option(s): {shown}")
+    if "job_type" not in item or "payload" not in item:
+        raise ValidationError(f"jobs[{index}]", "needs job_type and payload")
+    return NewJob(**item)
+
+
+def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
+    job_type = validation.check_name("job_type", spec.job_type)
+    defaults = defaults_for(job_type)
+    queue = validation.check_name("queue", spec.queue if spec.queue is not None else defaults.queue)
+    priority = validation.check_priority(
+        spec.priority if spec.priority is not None else defaults.priority
+    )
+    max_attempts = validation.check_max_attempts(
+        spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
+    )
+    timeout = spec.timeout if spec.timeout is not None else defaults.timeout_seconds
+    return JobRow(
+        job_type,
+        queue,
+        validation.serialize_payload(spec.payload, payload_limit),
+        priority,
+        max_attempts,
+        None if spec.run_at is None else validation.check_run_at(spec.run_at),
+        validation.check_key("idempotency_key", spec.idempotency_key),
+        validation.check_key("group_key", spec.group_key),
+        None if timeout is None else validation.check_timeout(timeout),
+    )

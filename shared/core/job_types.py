@@ -1,0 +1,46 @@
+"""Per-type defaults (queue, priority, max_attempts, timeout) known at enqueue time.
+
+An app that enqueues `email.send` without naming a queue must land in the queue the
+email workers listen on, even if the app never imports the worker code. The built-in
+types are declared here; `@job` in the worker registers user types the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobdesk.shared.core.models import DEFAULT_QUEUE, MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT
+
+
+@dataclass(frozen=True, slots=True)
+class TypeDefaults:
+    queue: str = DEFAULT_QUEUE
+    priority: int = PRIORITY_DEFAULT
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
+    timeout_seconds: float | None = None
+
+
+BUILTIN_DEFAULTS: dict[str, TypeDefaults] = {
+    "email.send": TypeDefaults(queue="email", priority=3, max_attempts=6, timeout_seconds=20),
+    "webhook.deliver": TypeDefaults(queue="webhooks", max_attempts=8, timeout_seconds=10),
+    "report.generate": TypeDefaults(
+        queue="reports", priority=7, max_attempts=3, timeout_seconds=60
+    ),
+    "report.chunk": TypeDefaults(queue="reports", priority=7, max_attempts=5, timeout_seconds=300),
+}
+
+_registered: dict[str, TypeDefaults] = dict(BUILTIN_DEFAULTS)
+_FALLBACK = TypeDefaults()
+
+
+def register_defaults(job_type: str, defaults: TypeDefaults) -> None:
+    """Declare the defaults for `job_type` (called by `@job`)."""
+    _registered[job_type] = defaults
+
+
+def defaults_for(job_type: str) -> TypeDefaults:
+    return _registered.get(job_type, _FALLBACK)
+
+
+def known_types() -> frozenset[str]:
+    return frozenset(_registered)

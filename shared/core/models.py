@@ -1,0 +1,289 @@
+"""The schema: one set of typed SQLAlchemy 2 models shared by the worker and the dashboard.
+
+Table names are part of the public contract (apps insert into `jobs` with plain SQL).
+Server-side defaults fill every optional column so such an insert needs only
+`job_type` and `payload`. CHECK constraints repeat the Python validation as a backstop,
+and two partial indexes carry the queue's hot path:
+
+- `ix_jobs_claimable`: only `queued`/`failed` rows, in claim order, so finished rows
+  never slow the claim down;
+- `uq_jobs_running_group_key`: at most one `running` job per `group_key` — per-key
+  serial execution is a database fact, not a hope.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from jobdesk.shared.core.sqltypes import JSONDocument, UTCDateTime, utcnow
+from jobdesk.shared.core.states import (
+    ALL_STATUSES,
+    CLAIMABLE,
+    AttemptOutcome,
+    JobStatus,
+    Resolution,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+PRIORITY_MIN = 0
+PRIORITY_MAX = 9
+PRIORITY_DEFAULT = 5
+MAX_ATTEMPTS_MIN = 1
+MAX_ATTEMPTS_MAX = 100
+MAX_ATTEMPTS_DEFAULT = 5
+DEFAULT_QUEUE = "default"
+NAME_LENGTH = 100
+KEY_LENGTH = 200
+
+#: SQLite only aliases INTEGER PRIMARY KEY to the rowid; BIGINT would lose autoincrement.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _in_list(column: str, values: tuple[str, ...] | list[str]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
+
+_CLAIMABLE_SQL = _in_list("status", sorted(CLAIMABLE))
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSONDocument}
+
+
+class Job(Base):
+    """One unit of work: what to do (`job_type` + `payload`), when, and how it went."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), server_default=DEFAULT_QUEUE)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONDocument, server_default=sa.text("'{}'"))
+    status: Mapped[str] = mapped_column(sa.String(16), server_default=JobStatus.QUEUED.value)
+    priority: Mapped[int] = mapped_column(
+        sa.SmallInteger, server_default=sa.text(str(PRIORITY_DEFAULT))
+    )
+    attempts: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    max_attempts: Mapped[int] = mapped_column(
+        sa.Integer, server_default=sa.text(str(MAX_ATTEMPTS_DEFAULT))
+    )
+    next_run_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    locked_at: Mapped[datetime | None]
+    locked_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    lease_token: Mapped[int | None] = mapped_column(sa.BigInteger)
+    lease_expires_at: Mapped[datetime | None]
+    timeout_seconds: Mapped[float | None] = mapped_column(sa.Float)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    error_fingerprint: Mapped[str | None] = mapped_column(sa.String(32))
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    group_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    retried_from_id: Mapped[int | None] = mapped_column(
+        BigId, sa.ForeignKey("jobs.id", ondelete="SET NULL")
+    )
+    resolution: Mapped[str | None] = mapped_column(sa.String(16))
+    resolved_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    resolved_at: Mapped[datetime | None]
+    resolution_reason: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.CheckConstraint(_in_list("status", list(ALL_STATUSES)), name="status"),
+        sa.CheckConstraint(
+            "resolution IS NULL OR " + _in_list("resolution", list(Resolution)),
+            name="resolution",
+        ),
+        sa.CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+        sa.CheckConstraint(
+            f"max_attempts BETWEEN {MAX_ATTEMPTS_MIN} AND {MAX_ATTEMPTS_MAX}", name="max_attempts"
+        ),
+        sa.CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority"),
+        sa.CheckConstraint(
+            f"length(job_type) BETWEEN 1 AND {NAME_LENGTH} AND length(queue) BETWEEN 1 AND "
+            f"{NAME_LENGTH}",
+            name="names",
+        ),
+        sa.CheckConstraint("timeout_seconds IS NULL OR timeout_seconds > 0", name="timeout"),
+        sa.Index(
+            "ix_jobs_claimable",
+            "queue",
+            "priority",
+            "next_run_at",
+            "id",
+            postgresql_where=sa.text(_CLAIMABLE_SQL),
+            sqlite_where=sa.text(_CLAIMABLE_SQL),
+        ),
+        # The same order without the queue, for workers that serve every queue.
+        sa.Index(
+            "ix_jobs_claimable_any_queue",
+            "priority",
+            "next_run_at",
+            "id",
+            postgresql_where=sa.text(_CLAIMABLE_SQL),
+            sqlite_where=sa.text(_CLAIMABLE_SQL),
+        ),
+        sa.Index(
+            "uq_jobs_running_group_key",
+            "group_key",
+            unique=True,
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        ),
+        # A group's order: active jobs by (priority, id); the claim checks for predecessors.
+        sa.Index(
+            "ix_jobs_active_group",
+            "group_key",
+            "priority",
+            "id",
+            postgresql_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+            sqlite_where=sa.text(
+                "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
+            ),
+        ),
+        # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
+        # key is unique among original enqueues only.
+        sa.Index(
+            "uq_jobs_idempotency_key",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=sa.text("retried_from_id IS NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL"),
+        ),
+        sa.Index(
+            "ix_jobs_running_lease",
+            "lease_expires_at",
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        ),
+        sa.Index("ix_jobs_status_queue_job_type", "status", "queue", "job_type"),
+        sa.Index("ix_jobs_status_finished_at", "status", "finished_at"),
+        sa.Index("ix_jobs_retried_from_id", "retried_from_id"),
+        sa.Index("ix_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
+        # with first/last seen and newest id, answered from this index alone.
+        sa.Index(
+            "ix_jobs_dead_unresolved",
+            "error_fingerprint",
+            "job_type",
+            "finished_at",
+            "id",
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        ),
+        sa.Index(
+            "ix_jobs_last_error_trgm",
+            "last_error",
+            postgresql_using="gin",
+            postgresql_ops={"last_error": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
+        # SQLite would reuse the id of a deleted newest row; job ids are referenced by
+        # audit rows, effects and links, so they must never come back.
+        {"sqlite_autoincrement": True},
+    )
+
+
+class JobAttempt(Base):
+    """One row per finished attempt: who ran it, how it ended, the (masked) error."""
+
+    __tablename__ = "job_attempts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(sa.Integer)
+    worker_id: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    outcome: Mapped[str] = mapped_column(sa.String(16))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    error_fingerprint: Mapped[str | None] = mapped_column(sa.String(32))
+
+    __table_args__ = (
+        sa.CheckConstraint(_in_list("outcome", list(AttemptOutcome)), name="outcome"),
+        sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
+        sa.Index("ix_job_attempts_error_fingerprint", "error_fingerprint"),
+        # The repeated-error alert scans the last minutes of failed attempts.
+        sa.Index("ix_job_attempts_finished_at", "finished_at"),
+        sa.Index(
+            "ix_job_attempts_error_trgm",
+            "error",
+            postgresql_using="gin",
+            postgresql_ops={"error": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
+    )
+
+
+class Effect(Base):
+    """Idempotency ledger: a side effect done under a stable key is never done again."""
+
+    __tablename__ = "effects"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(sa.String(300), unique=True)
+    job_id: Mapped[int | None] = mapped_column(BigId)
+    created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+
+
+class Lease(Base):
+    """Named leases; `leader` elects the one worker that runs maintenance."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    acquired_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    expires_at: Mapped[datetime]
+
+
+class Worker(Base):
+    """A running worker process and its heartbeat."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    pid: Mapped[int] = mapped_column(sa.Integer)
+    queues: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    job_types: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    concurrency: Mapped[int] = mapped_column(sa.Integer)
+    version: Mapped[str] = mapped_column(sa.String(50))
+    started_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    last_seen_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    stopping: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    #: This host's wall clock minus the database clock at the last heartbeat (C1).
+    clock_skew_seconds: Mapped[float | None] = mapped_column(sa.Float)
+
+    __table_args__ = (sa.Index("ix_workers_last_seen_at", "last_seen_at"),)
+
+
+metadata = Base.metadata
+
+
+def table_of(model: type[Base]) -> sa.Table:
+    return cast(sa.Table, model.__table__)
+
+
+jobs = table_of(Job)
+job_attempts = table_of(JobAttempt)
+effects = table_of(Effect)
+leases = table_of(Lease)
+workers = table_of(Worker)

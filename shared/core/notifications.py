@@ -1,0 +1,51 @@
+"""PostgreSQL LISTEN for enqueue notifications (`queue.NOTIFY_CHANNEL`, payload = queue).
+
+`enqueue` issues `pg_notify` in the enqueuing transaction, so the notification arrives
+when — and only when — the job commits. A worker holds one dedicated autocommit
+connection (outside the engine's pool) that listens; every wait is bounded, so a dead
+server or network is noticed by keepalives and the caller reconnects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+
+
+def listen_connection(
+    engine: sa.Engine, *, connect_timeout: float = 5.0
+) -> psycopg.Connection[Any]:
+    """Open a dedicated connection that listens on the enqueue channel."""
+    url = engine.url.set(drivername="postgresql")
+    conn = psycopg.connect(
+        url.render_as_string(hide_password=False),
+        autocommit=True,
+        connect_timeout=max(1, int(connect_timeout)),
+        application_name="jobdesk-listener",
+        keepalives=1,
+        keepalives_idle=10,
+        keepalives_interval=5,
+        keepalives_count=3,
+    )
+    try:
+        conn.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def wait_for_queues(conn: psycopg.Connection[Any], timeout: float) -> list[str]:
+    """Queues that received jobs, waiting at most `timeout` seconds for the first one.
+
+    Returns early on the first notification (plus any already delivered with it).
+    Raises `psycopg.OperationalError` when the connection is lost.
+    """
+    queues = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+    if queues:
+        queues.extend(n.payload for n in conn.notifies(timeout=0, stop_after=1000))
+    return queues

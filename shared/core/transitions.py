@@ -1,0 +1,399 @@
+"""Every write that moves a job between states, each a compare-and-set.
+
+Worker-side transitions (`complete`, `fail`, `snooze`, `extend_lease`) only succeed while
+the row is `running` with the caller's `lease_token`: a worker that was paused past its
+lease, and whose job the reaper already handed to someone else, changes nothing and is
+told so (the functions return False / None). Each finished attempt writes its
+`job_attempts` row in the same statement or transaction.
+
+`TRANSITIONS` lists every function here with the states it moves jobs from and to; a
+test checks each pair against `states.ALLOWED_TRANSITIONS`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.core.claim import JobRef
+from jobdesk.shared.core.db import dump_json, is_postgresql
+from jobdesk.shared.core.masking import fingerprint, sanitize_error
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.retry import RetryPolicy, decide
+from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT, UTCDateTime
+from jobdesk.shared.core.states import CANCELLABLE, AttemptOutcome, JobStatus, sql_values
+from jobdesk.shared.operator.models import audit_log
+
+log = logging.getLogger("jobdesk.transitions")
+
+R, Q, F, S, D, C = (
+    JobStatus.RUNNING,
+    JobStatus.QUEUED,
+    JobStatus.FAILED,
+    JobStatus.SUCCEEDED,
+    JobStatus.DEAD,
+    JobStatus.CANCELLED,
+)
+
+#: name → (from-states, to-states); checked against the lifecycle table by a test.
+TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    "claim": (frozenset({Q, F}), frozenset({R})),
+    "complete": (frozenset({R}), frozenset({S})),
+    "fail": (frozenset({R}), frozenset({F, D})),
+    "snooze": (frozenset({R}), frozenset({Q})),
+    "rescue": (frozenset({R}), frozenset({F, D})),
+    "cancel": (CANCELLABLE, frozenset({C})),
+}
+
+_RELEASE_LOCK: dict[str, Any] = {
+    "locked_by": None,
+    "locked_at": None,
+    "lease_token": None,
+    "lease_expires_at": None,
+}
+
+
+def _is_mine(ref: JobRef) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        jobs.c.id == ref.id,
+        jobs.c.status == JobStatus.RUNNING.value,
+        jobs.c.lease_token == ref.lease_token,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    ref: JobRef
+    result: Any = None
+
+
+def complete(conn: sa.Connection, ref: JobRef, *, now: datetime, result: Any = None) -> bool:
+    """Mark one attempt succeeded. False when the lease was lost (nothing written)."""
+    return bool(complete_many(conn, [Completion(ref, result)], now=now))
+
+
+def complete_many(
+    conn: sa.Connection, completions: Sequence[Completion], *, now: datetime
+) -> list[int]:
+    """Mark many attempts succeeded; returns the ids actually completed (fenced ones are
+    left out). Each completed job gets its `succeeded` attempt row in the same statement
+    (PostgreSQL) or transaction (SQLite).
+
+    This is the worker's hot path, so the SQL is fixed text sent through
+    `exec_driver_sql`: one statement per batch on PostgreSQL, two per chunk of
+    `_SQLITE_CHUNK` on SQLite — never one per job.
+    """
+    if not completions:
+        return []
+    if is_postgresql(conn):
+        done = _complete_many_postgresql(conn, completions, now)
+    else:
+        done = []
+        for start in range(0, len(completions), _SQLITE_CHUNK):
+            done += _complete_many_sqlite(conn, completions[start : start + _SQLITE_CHUNK], now)
+    if len(done) != len(completions):
+        lost = sorted({c.ref.id for c in completions} - set(done))
+        log.warning(
+            "lease lost; completion of jobs %s ignored",
+            lost,
+            extra={"action": "lease_lost", "job_ids": lost},
+        )
+    return done
+
+
+_SUCCEEDED_SET = f"""status = '{S.value}', finished_at = {{now}}, updated_at = {{now}},
+       result = {{result}}, last_error = NULL, error_fingerprint = NULL, locked_by = NULL,
+       locked_at = NULL, lease_token = NULL, lease_expires_at = NULL"""
+
+# The batch travels as ONE JSON text `[[id, lease_token, worker_id, result], …]` (results
+# are JSON already): one parameter parsed in C instead of per-element array adaptation.
+# The CTE writes the attempt rows in the same statement, so a batch is one round trip.
+_POSTGRESQL_COMPLETE = f"""
+WITH batch AS (
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS worker,
+           NULLIF(e->3, 'null'::jsonb) AS result
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+), locked AS (
+    -- Row locks in id order: heartbeats lock overlapping sets of running jobs, and two
+    -- multi-row updates that lock in different orders can deadlock.
+    SELECT jobs.id FROM jobs JOIN batch ON jobs.id = batch.id
+     WHERE jobs.status = '{R.value}' AND jobs.lease_token = batch.token
+     ORDER BY jobs.id FOR NO KEY UPDATE OF jobs
+), done AS (
+    UPDATE jobs SET {_SUCCEEDED_SET.format(now="%(now)s", result="batch.result")}
+      FROM batch
+     WHERE jobs.id = batch.id AND jobs.id IN (SELECT id FROM locked)
+       AND jobs.status = '{R.value}' AND jobs.lease_token = batch.token
+    RETURNING jobs.id, jobs.attempts, jobs.started_at, batch.worker
+), attempts AS (
+    INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, attempts, worker, started_at, %(now)s, '{AttemptOutcome.SUCCEEDED.value}'
+      FROM done
+)
+SELECT array_agg(id) FROM done
+"""
+
+
+def _complete_many_postgresql(
+    conn: sa.Connection, completions: Sequence[Completion], now: datetime
+) -> list[int]:
+    workers: dict[str, str] = {}
+    parts = []
+    for item in completions:
+        ref = item.ref
+        worker = workers.get(ref.worker_id)
+        if worker is None:
+            worker = workers[ref.worker_id] = json.dumps(ref.worker_id, ensure_ascii=False)
+        result = "null" if item.result is None else dump_json(item.result)
+        parts.append(f"[{int(ref.id)},{int(ref.lease_token)},{worker},{result}]")
+    ids = conn.exec_driver_sql(
+        _POSTGRESQL_COMPLETE, {"rows": f"[{','.join(parts)}]", "now": now}
+    ).scalar()
+    return list(ids or ())
+
+
+#: Completions per SQLite statement (well under its bound-variable limit).
+_SQLITE_CHUNK = 500
+_sqlite_complete: dict[int, tuple[str, str]] = {}
+
+
+def _sqlite_complete_statements(count: int) -> tuple[str, str]:
+    """(UPDATE of `count` jobs, INSERT of `count` attempt rows) for SQLite."""
+    statements = _sqlite_complete.get(count)
+    if statements is None:
+        values = ", ".join(["(?, ?, ?)"] * count)
+        update = (
+            f"WITH batch(id, token, result) AS (VALUES {values}) "
+            f"UPDATE jobs SET {_SUCCEEDED_SET.format(now='?', result='batch.result')} "
+            f"FROM batch WHERE jobs.id = batch.id AND jobs.status = '{R.value}' "
+            "AND jobs.lease_token = batch.token "
+            "RETURNING jobs.id, jobs.attempts, jobs.started_at"
+        )
+        rows = ", ".join(["(?, ?, ?, ?, ?, ?)"] * count)
+        insert = (
+            "INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, "
+            f"outcome) VALUES {rows}"
+        )
+        statements = (update, insert)
+        if len(_sqlite_complete) < 64:
+            _sqlite_complete[count] = statements
+    return statements
+
+
+def _complete_many_sqlite(
+    conn: sa.Connection, completions: Sequence[Completion], now: datetime
+) -> list[int]:
+    update, _ = _sqlite_complete_statements(len(completions))
+    stamp = now.astimezone(UTC).strftime(SQLITE_TIMESTAMP_FORMAT)
+    params: list[Any] = []
+    for item in completions:
+        result = None if item.result is None else dump_json(item.result)
+        params += (item.ref.id, item.ref.lease_token, result)
+    # The CTE's placeholders come first, then the SET clause's two `now`s.
+    rows = conn.exec_driver_sql(update, (*params, stamp, stamp)).all()
+    if not rows:
+        return []
+    workers = {c.ref.id: c.ref.worker_id for c in completions}
+    _, insert = _sqlite_complete_statements(len(rows))
+    outcome = AttemptOutcome.SUCCEEDED.value
+    values: list[Any] = []
+    for job_id, attempts, started_at in rows:
+        values += (job_id, attempts, workers[job_id], started_at, stamp, outcome)
+    conn.exec_driver_sql(insert, tuple(values))
+    return [row[0] for row in rows]
+
+
+def fail(
+    conn: sa.Connection,
+    ref: JobRef,
+    *,
+    error: str,
+    retry_at: datetime | None,
+    now: datetime,
+    outcome: AttemptOutcome = AttemptOutcome.FAILED,
+) -> JobStatus | None:
+    """Record a failed attempt: `failed` until `retry_at`, or `dead` when it is None.
+
+    A job whose attempts are spent goes to `dead` even when a `retry_at` is given: a
+    `failed` row without attempts left could never be claimed again.
+    Returns the new status, or None when the lease was lost.
+    """
+    clean = sanitize_error(error) or "unknown error"
+    print_ = fingerprint(clean)
+    values: dict[str, Any] = {
+        "last_error": clean,
+        "error_fingerprint": print_,
+        "updated_at": now,
+        **_RELEASE_LOCK,
+    }
+    if retry_at is not None:
+        spent = jobs.c.attempts >= jobs.c.max_attempts
+        values["status"] = sa.case((spent, D.value), else_=F.value)
+        values["next_run_at"] = retry_at
+        values["finished_at"] = sa.case((spent, sa.literal(now, UTCDateTime())), else_=None)
+    else:
+        values["status"] = D.value
+        values["finished_at"] = now
+    row = conn.execute(
+        sa.update(jobs).where(_is_mine(ref)).values(**values).returning(jobs.c.status)
+    ).first()
+    if row is None:
+        log.warning(
+            "lease lost; failure of job %s ignored",
+            ref.id,
+            extra={"action": "lease_lost", "job_id": ref.id},
+        )
+        return None
+    _record_attempt(conn, ref, outcome, clean, now, print_)
+    return JobStatus(row.status)
+
+
+def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) -> bool:
+    """Hand the job back without counting the attempt (rate limit, open breaker, shutdown).
+
+    The attempt counter is decremented again because the handler never ran (or was
+    stopped by us, not by the job).
+    """
+    row = conn.execute(
+        sa.update(jobs)
+        .where(_is_mine(ref), jobs.c.attempts > 0)
+        .values(
+            status=Q.value,
+            attempts=jobs.c.attempts - 1,
+            next_run_at=until,
+            updated_at=now,
+            **_RELEASE_LOCK,
+        )
+        .returning(jobs.c.id)
+    ).first()
+    return row is not None
+
+
+def extend_lease(
+    conn: sa.Connection, refs: Sequence[JobRef], *, lease_seconds: float, now: datetime
+) -> list[int]:
+    """Heartbeat: push the lease expiry of jobs still held; returns the ids still held."""
+    if not refs:
+        return []
+    pairs = [(ref.id, ref.lease_token) for ref in refs]
+    held = sa.and_(
+        jobs.c.status == JobStatus.RUNNING.value,
+        sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
+    )
+    if is_postgresql(conn):
+        # Lock in id order, like the completer, so the two never deadlock.
+        locked = (
+            sa.select(jobs.c.id)
+            .where(held)
+            .order_by(jobs.c.id)
+            .with_for_update(key_share=True)
+            .cte("locked")
+        )
+        held = jobs.c.id.in_(sa.select(locked.c.id))
+    result = conn.execute(
+        sa.update(jobs)
+        .where(held)
+        .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+        .returning(jobs.c.id)
+    )
+    return list(result.scalars())
+
+
+def rescue_expired(
+    conn: sa.Connection,
+    *,
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None = None,
+    limit: int = 500,
+) -> list[tuple[int, JobStatus]]:
+    """Reaper step: jobs whose lease expired (their worker died or hung) go back to
+    `failed` with backoff, or to `dead` when their attempts are spent. Error: "worker lost".
+    """
+    query = (
+        sa.select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.lease_token,
+            jobs.c.locked_by,
+            jobs.c.started_at,
+        )
+        .where(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_expires_at < now)
+        .order_by(jobs.c.lease_expires_at)
+        .limit(limit)
+    )
+    if is_postgresql(conn):
+        query = query.with_for_update(skip_locked=True)
+    rescued: list[tuple[int, JobStatus]] = []
+    for row in conn.execute(query).all():
+        policy = policy_for(row.job_type) if policy_for else None
+        decision = decide(
+            attempt=row.attempts, max_attempts=row.max_attempts, now=now, policy=policy
+        )
+        ref = JobRef(row.id, row.lease_token, row.attempts, row.locked_by or "?", row.started_at)
+        error = f"worker lost: {row.locked_by} stopped renewing its lease"
+        status = fail(
+            conn,
+            ref,
+            error=error,
+            retry_at=decision.retry_at,
+            now=now,
+            outcome=AttemptOutcome.LOST,
+        )
+        if status is not None:
+            rescued.append((row.id, status))
+    return rescued
+
+
+def cancel(
+    conn: sa.Connection, job_ids: Sequence[int], *, actor: str, reason: str, now: datetime
+) -> list[int]:
+    """Operator: stop queued or retrying jobs from running again (audited)."""
+    if not job_ids:
+        return []
+    cancelled = list(
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
+            .values(status=C.value, finished_at=now, updated_at=now)
+            .returning(jobs.c.id)
+        ).scalars()
+    )
+    if cancelled:
+        conn.execute(
+            sa.insert(audit_log),
+            [
+                {"actor": actor, "action": "cancel", "job_id": job_id, "reason": reason, "at": now}
+                for job_id in cancelled
+            ],
+        )
+    return cancelled
+
+
+def _record_attempt(
+    conn: sa.Connection,
+    ref: JobRef,
+    outcome: AttemptOutcome,
+    error: str | None,
+    now: datetime,
+    error_fingerprint: str | None = None,
+) -> None:
+    conn.execute(
+        sa.insert(job_attempts).values(
+            job_id=ref.id,
+            attempt=ref.attempt,
+            worker_id=ref.worker_id,
+            started_at=ref.started_at,
+            finished_at=now,
+            outcome=outcome.value,
+            error=error,
+            error_fingerprint=error_fingerprint,
+        )
+    )

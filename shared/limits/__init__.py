@@ -1,0 +1,1 @@
+"""Safety valves shared through the database: rate limits and circuit breakers."""

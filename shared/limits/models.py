@@ -1,0 +1,41 @@
+"""Safety-valve tables: circuit breakers and rate-limit buckets shared by every worker."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from jobdesk.shared.core.models import KEY_LENGTH, Base, table_of
+from jobdesk.shared.core.sqltypes import utcnow
+
+
+class CircuitBreaker(Base):
+    """Per-destination breaker state shared by every worker process."""
+
+    __tablename__ = "circuit_breakers"
+
+    key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16), server_default="closed")
+    consecutive_failures: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    opened_at: Mapped[datetime | None]
+    retry_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+    __table_args__ = (sa.CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
+
+
+class RateLimitBucket(Base):
+    """Token bucket per named limit (`smtp:default`, `webhook:crm`), shared via the DB."""
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
+    tokens: Mapped[float] = mapped_column(sa.Float)
+    updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+
+circuit_breakers = table_of(CircuitBreaker)
+rate_limits = table_of(RateLimitBucket)

@@ -1,0 +1,198 @@
+"""Dashboard accounts: operators with a hashed password and a role.
+
+Roles are ordered: `viewer` reads (payload fields and emails masked), `operator` also
+triages dead letters and acknowledges alerts, `admin` also pauses endpoints and closes
+circuit breakers. Passwords are hashed with Werkzeug's scrypt-based hasher and never
+stored or logged in clear. `verify` spends the same hashing time for unknown users so
+response times do not reveal which usernames exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.models import NAME_LENGTH
+from jobdesk.shared.operator import audit
+from jobdesk.shared.operator.models import operators
+
+ROLES: tuple[str, ...] = ("viewer", "operator", "admin")
+USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{NAME_LENGTH}}}")
+PASSWORD_MIN_CHARS = 10
+PASSWORD_MAX_CHARS = 1024
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return generate_password_hash("jobdesk-timing-equaliser")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorAccount:
+    id: int
+    username: str
+    role: str
+    disabled: bool
+    created_at: datetime
+    last_login_at: datetime | None
+    #: A short digest of the password hash: sessions remember it, so changing the
+    #: password signs out every other session.
+    password_version: str
+
+
+def role_at_least(role: str, needed: str) -> bool:
+    return ROLES.index(role) >= ROLES.index(needed)
+
+
+def check_username(username: object) -> str:
+    if not isinstance(username, str) or not USERNAME_PATTERN.fullmatch(username):
+        raise ValidationError(
+            "username", f"use 1-{NAME_LENGTH} characters from letters, digits and . _ @ -"
+        )
+    return username
+
+
+def check_role(role: object) -> str:
+    if role not in ROLES:
+        raise ValidationError("role", f"must be one of {', '.join(ROLES)}")
+    return str(role)
+
+
+def check_password(password: object) -> str:
+    if not isinstance(password, str):
+        raise ValidationError("password", "must be text")
+    if len(password) < PASSWORD_MIN_CHARS:
+        raise ValidationError("password", f"must be at least {PASSWORD_MIN_CHARS} characters")
+    if len(password) > PASSWORD_MAX_CHARS:
+        raise ValidationError("password", f"must be at most {PASSWORD_MAX_CHARS} characters")
+    if "\x00" in password:
+        raise ValidationError("password", "must not contain NUL")
+    return password
+
+
+def _account(row: Any) -> OperatorAccount:
+    return OperatorAccount(
+        id=row.id,
+        username=row.username,
+        role=row.role,
+        disabled=bool(row.disabled),
+        created_at=row.created_at,
+        last_login_at=row.last_login_at,
+        password_version=password_version(row.password_hash),
+    )
+
+
+def password_version(password_hash: str) -> str:
+    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
+
+
+def add_operator(
+    conn: sa.Connection,
+    username: str,
+    password: str,
+    role: str,
+    *,
+    now: datetime,
+    actor: str = "cli",
+) -> OperatorAccount:
+    """Create an account; refuses a username that exists (also a disabled one)."""
+    username = check_username(username)
+    role = check_role(role)
+    password = check_password(password)
+    exists = conn.execute(sa.select(operators.c.id).where(operators.c.username == username)).first()
+    if exists is not None:
+        raise ConflictError(f"operator {username!r} already exists")
+    conn.execute(
+        sa.insert(operators).values(
+            username=username,
+            password_hash=generate_password_hash(password),
+            role=role,
+            created_at=now,
+        )
+    )
+    audit.record(
+        conn, actor=actor, action="operator.add", subject=f"operator:{username}",
+        details={"role": role}, now=now,
+    )  # fmt: skip
+    return require_operator(conn, username)
+
+
+def get_operator(conn: sa.Connection, username: str) -> OperatorAccount | None:
+    row = conn.execute(sa.select(operators).where(operators.c.username == username)).one_or_none()
+    return _account(row) if row is not None else None
+
+
+def require_operator(conn: sa.Connection, username: str) -> OperatorAccount:
+    account = get_operator(conn, username)
+    if account is None:
+        raise NotFoundError(f"no operator named {username!r}")
+    return account
+
+
+def list_operators(conn: sa.Connection) -> list[OperatorAccount]:
+    return [_account(r) for r in conn.execute(sa.select(operators).order_by(operators.c.username))]
+
+
+def any_operator_exists(conn: sa.Connection) -> bool:
+    """True once at least one enabled account exists (the dashboard opens then)."""
+    query = sa.select(operators.c.id).where(operators.c.disabled.is_(sa.false())).limit(1)
+    return conn.execute(query).first() is not None
+
+
+def verify(
+    conn: sa.Connection, username: str, password: str, *, now: datetime
+) -> OperatorAccount | None:
+    """The account when the password matches and the account is enabled, else None.
+
+    Records the login time on success (the caller commits)."""
+    row = None
+    if isinstance(username, str) and USERNAME_PATTERN.fullmatch(username):
+        row = conn.execute(
+            sa.select(operators).where(operators.c.username == username)
+        ).one_or_none()
+    if row is None or len(password) > PASSWORD_MAX_CHARS:
+        check_password_hash(_dummy_hash(), password[:PASSWORD_MAX_CHARS])
+        return None
+    if not check_password_hash(row.password_hash, password) or row.disabled:
+        return None
+    conn.execute(sa.update(operators).where(operators.c.id == row.id).values(last_login_at=now))
+    return _account(row)
+
+
+def set_disabled(
+    conn: sa.Connection, username: str, disabled: bool, *, now: datetime, actor: str = "cli"
+) -> OperatorAccount:
+    """Disable (sessions end at their next request) or re-enable an account."""
+    require_operator(conn, username)
+    conn.execute(
+        sa.update(operators).where(operators.c.username == username).values(disabled=disabled)
+    )
+    audit.record(
+        conn, actor=actor, action="operator.disable" if disabled else "operator.enable",
+        subject=f"operator:{username}", now=now,
+    )  # fmt: skip
+    return require_operator(conn, username)
+
+
+def set_password(
+    conn: sa.Connection, username: str, password: str, *, now: datetime, actor: str = "cli"
+) -> None:
+    """Change a password; every existing session of the account ends."""
+    require_operator(conn, username)
+    password = check_password(password)
+    conn.execute(
+        sa.update(operators)
+        .where(operators.c.username == username)
+        .values(password_hash=generate_password_hash(password))
+    )
+    audit.record(
+        conn, actor=actor, action="operator.password", subject=f"operator:{username}", now=now
+    )

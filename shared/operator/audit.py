@@ -1,0 +1,175 @@
+"""The operator audit trail: writing entries (always inside the action's own transaction)
+and reading them back with filters.
+
+The application only ever inserts into `audit_log`; nothing here updates or deletes.
+`details` is stored already masked by the caller (payload diffs go through
+`jobdesk.shared.core.masking`), so the trail never becomes a copy of the secrets it describes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.filters import AuditFilters
+from jobdesk.shared.operator.models import audit_log
+
+#: Every action name the application writes (the audit page filters by these).
+ACTIONS: tuple[str, ...] = (
+    "retry",
+    "fix_retry",
+    "ignore",
+    "cancel",
+    "alert.acknowledge",
+    "endpoint.pause",
+    "endpoint.resume",
+    "endpoint.disable",
+    "breaker.open",
+    "breaker.close",
+    "operator.add",
+    "operator.disable",
+    "operator.enable",
+    "operator.password",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    job_id: int | None
+    new_job_id: int | None
+    subject: str | None
+    reason: str | None
+    details: dict[str, Any] | None
+
+
+def record(
+    conn: sa.Connection,
+    *,
+    actor: str,
+    action: str,
+    now: datetime,
+    job_id: int | None = None,
+    new_job_id: int | None = None,
+    subject: str | None = None,
+    reason: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    """Append one entry in the caller's transaction."""
+    record_many(
+        conn,
+        [
+            {
+                "actor": actor,
+                "action": action,
+                "job_id": job_id,
+                "new_job_id": new_job_id,
+                "subject": subject,
+                "reason": reason,
+                "details": dict(details) if details is not None else None,
+            }
+        ],
+        now=now,
+    )
+
+
+def record_many(conn: sa.Connection, entries: Iterable[Mapping[str, Any]], *, now: datetime) -> int:
+    """Append many entries with one multi-row INSERT; returns how many were written."""
+    rows = [
+        {
+            "at": now,
+            "actor": entry["actor"],
+            "action": entry["action"],
+            "job_id": entry.get("job_id"),
+            "new_job_id": entry.get("new_job_id"),
+            "subject": entry.get("subject"),
+            "reason": entry.get("reason"),
+            "details": entry.get("details"),
+        }
+        for entry in entries
+    ]
+    if rows:
+        conn.execute(sa.insert(audit_log), rows)
+    return len(rows)
+
+
+def _row(row: Any) -> AuditRow:
+    return AuditRow(
+        row.id,
+        row.at,
+        row.actor,
+        row.action,
+        row.job_id,
+        row.new_job_id,
+        row.subject,
+        row.reason,
+        row.details,
+    )
+
+
+def entries_for_job(conn: sa.Connection, job_id: int, limit: int = 200) -> list[AuditRow]:
+    """Entries about a job: actions on it and the retry that created it."""
+    query = (
+        sa.select(audit_log)
+        .where(sa.or_(audit_log.c.job_id == job_id, audit_log.c.new_job_id == job_id))
+        .order_by(audit_log.c.id.desc())
+        .limit(limit)
+    )
+    return [_row(row) for row in conn.execute(query)]
+
+
+def encode_cursor(entry_id: int) -> str:
+    return base64.urlsafe_b64encode(f"a{entry_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(raw: str | None) -> int | None:
+    if not raw:
+        return None
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationError("after", "is not a valid page cursor") from None
+    if not text.startswith("a") or not text[1:].isdigit() or len(text) > 20:
+        raise ValidationError("after", "is not a valid page cursor")
+    return int(text[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    items: list[AuditRow]
+    next_cursor: str | None
+
+
+def list_audit(conn: sa.Connection, filters: AuditFilters, after: str | None = None) -> AuditPage:
+    """Newest first, keyset-paginated by id."""
+    query = sa.select(audit_log)
+    if filters.actor:
+        query = query.where(audit_log.c.actor == filters.actor)
+    if filters.action:
+        query = query.where(audit_log.c.action == filters.action)
+    if filters.job_id:
+        query = query.where(
+            sa.or_(audit_log.c.job_id == filters.job_id, audit_log.c.new_job_id == filters.job_id)
+        )
+    if filters.since:
+        query = query.where(audit_log.c.at >= filters.since)
+    if filters.until:
+        query = query.where(audit_log.c.at <= filters.until)
+    cursor = decode_cursor(after)
+    if cursor is not None:
+        query = query.where(audit_log.c.id < cursor)
+    query = query.order_by(audit_log.c.id.desc()).limit(filters.page_size + 1)
+    rows = [_row(row) for row in conn.execute(query)]
+    more = len(rows) > filters.page_size
+    rows = rows[: filters.page_size]
+    return AuditPage(rows, encode_cursor(rows[-1].id) if more and rows else None)

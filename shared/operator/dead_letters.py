@@ -1,0 +1,147 @@
+"""Read side of dead-letter triage: unresolved dead jobs grouped by error fingerprint,
+and the hourly dead-letter trend.
+
+A fingerprint is the error with ids, numbers, UUIDs and timestamps stripped
+(`jobdesk.shared.core.masking.fingerprint`), so "timeout after 10.2s talking to crm (job 812)" and
+"... (job 9133)" are one group. Grouping reads the partial index
+`ix_jobs_dead_unresolved` (fingerprint, type, finished_at) only; the sample error of
+each group comes from its newest job, fetched by primary key for the shown page only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.operator.filters import JobFilters
+from jobdesk.shared.operator.queries import ERROR_EXCERPT_CHARS, filter_conditions, inline
+
+TREND_HOURS = 24
+NO_FINGERPRINT = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    fingerprint: str | None
+    count: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+    types: dict[str, int]
+    newest_job_id: int
+    sample_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroups:
+    groups: list[DeadGroup]
+    total_jobs: int
+    total_groups: int
+
+
+@dataclass(slots=True)
+class _Tally:
+    count: int = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    newest: int = 0
+    types: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: Any) -> None:
+        self.count += row.n
+        if row.first_seen is not None and (self.first is None or row.first_seen < self.first):
+            self.first = row.first_seen
+        if row.last_seen is not None and (self.last is None or row.last_seen > self.last):
+            self.last = row.last_seen
+        self.types[row.job_type] = self.types.get(row.job_type, 0) + row.n
+        self.newest = max(self.newest, row.newest_id)
+
+
+def dead_groups(
+    conn: sa.Connection, filters: JobFilters, *, now: datetime, limit: int = 50
+) -> DeadGroups:
+    """Unresolved dead jobs matching `filters`, grouped by fingerprint, biggest first."""
+    conditions = filter_conditions(conn, filters.dead_unresolved(), now)
+    query = (
+        sa.select(
+            jobs.c.error_fingerprint,
+            jobs.c.job_type,
+            sa.func.count().label("n"),
+            sa.func.min(jobs.c.finished_at).label("first_seen"),
+            sa.func.max(jobs.c.finished_at).label("last_seen"),
+            sa.func.max(jobs.c.id).label("newest_id"),
+        )
+        .where(*conditions)
+        .group_by(jobs.c.error_fingerprint, jobs.c.job_type)
+    )
+    merged: dict[str | None, _Tally] = {}
+    for row in conn.execute(query):
+        merged.setdefault(row.error_fingerprint, _Tally()).add(row)
+    ordered = sorted(merged.items(), key=lambda item: (-item[1].count, -item[1].newest))
+    shown = ordered[:limit]
+    newest_ids = [tally.newest for _, tally in shown]
+    samples: dict[int, str | None] = {}
+    if newest_ids:
+        sample_query = sa.select(
+            jobs.c.id, sa.func.substr(jobs.c.last_error, 1, ERROR_EXCERPT_CHARS)
+        ).where(jobs.c.id.in_(newest_ids))
+        samples = {row[0]: row[1] for row in conn.execute(sample_query)}
+    groups = [
+        DeadGroup(
+            fingerprint=fingerprint,
+            count=tally.count,
+            first_seen=tally.first,
+            last_seen=tally.last,
+            types=dict(sorted(tally.types.items(), key=lambda kv: -kv[1])),
+            newest_job_id=tally.newest,
+            sample_error=samples.get(tally.newest),
+        )
+        for fingerprint, tally in shown
+    ]
+    total = sum(tally.count for tally in merged.values())
+    return DeadGroups(groups, total, len(merged))
+
+
+@dataclass(frozen=True, slots=True)
+class TrendBucket:
+    start: datetime
+    count: int
+
+
+def dead_trend(
+    conn: sa.Connection, *, now: datetime, hours: int = TREND_HOURS
+) -> list[TrendBucket]:
+    """Jobs that went dead per hour over the last `hours`, oldest bucket first."""
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - timedelta(hours=hours)
+    if is_postgresql(conn):
+        bucket = sa.func.date_trunc("hour", sa.func.timezone("UTC", jobs.c.finished_at))
+    else:
+        # Stored as fixed-width UTC text: the first 13 characters are "YYYY-MM-DD HH".
+        bucket = sa.func.substr(jobs.c.finished_at, 1, 13)
+    query = (
+        sa.select(bucket.label("bucket"), sa.func.count().label("n"))
+        .where(jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.finished_at >= start)
+        .group_by(bucket)
+    )
+    counts: dict[str, int] = {}
+    for row in conn.execute(query):
+        key = row.bucket if isinstance(row.bucket, str) else row.bucket.strftime("%Y-%m-%d %H")
+        counts[key] = counts.get(key, 0) + row.n
+    buckets = []
+    for index in range(hours):
+        moment = start + timedelta(hours=index)
+        buckets.append(TrendBucket(moment, counts.get(moment.strftime("%Y-%m-%d %H"), 0)))
+    return buckets
+
+
+def unresolved_dead_count(conn: sa.Connection) -> int:
+    query = sa.select(sa.func.count()).where(
+        jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.resolution.is_(None)
+    )
+    return int(conn.execute(query).scalar_one())

@@ -1,0 +1,256 @@
+"""`JobFilters`: the one validated description of "which jobs", shared by the dashboard,
+the CLI and the read/triage queries.
+
+Filters are parsed from query-string-like mappings (`from_args`) and written back
+(`to_args`) so every URL that shows a list carries its filters — bookmarkable, and
+kept across the redirect that follows an action. Everything that ends up in SQL is
+either bound as a parameter or chosen from an allow-list (statuses, sort orders, page
+sizes, time ranges); a bad value raises `ValidationError` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.models import KEY_LENGTH
+from jobdesk.shared.core.states import JobStatus, Resolution
+from jobdesk.shared.core.validation import NAME_PATTERN
+
+PAGE_SIZES: tuple[int, ...] = (25, 50, 100)
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+#: Sort orders a list can use; each maps to (column, direction) in `operator.queries`.
+SORTS: tuple[str, ...] = ("newest", "oldest", "next_run", "updated")
+DEFAULT_SORT = "newest"
+#: Relative time windows for the `range` parameter.
+RANGES: dict[str, timedelta] = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+#: Which timestamp a time range applies to.
+TIME_FIELDS: tuple[str, ...] = ("created", "finished", "updated")
+SEARCH_MIN = 3
+SEARCH_MAX = 200
+UNRESOLVED = "unresolved"
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+def _single(args: Mapping[str, Any], name: str) -> str | None:
+    """The value of a parameter, None when absent or blank (empty form fields)."""
+    value = args.get(name)
+    if isinstance(value, list | tuple):
+        value = value[0] if value else None
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(name, f"must be text, got {type(value).__name__}")
+    value = value.strip()
+    return value or None
+
+
+def _name(args: Mapping[str, Any], name: str) -> str | None:
+    value = _single(args, name)
+    if value is None:
+        return None
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValidationError(name, "use 1-100 characters from a-z 0-9 . _ -")
+    return value
+
+
+def _key(args: Mapping[str, Any], name: str) -> str | None:
+    value = _single(args, name)
+    if value is None:
+        return None
+    if len(value) > KEY_LENGTH:
+        raise ValidationError(name, f"is {len(value)} characters long; the limit is {KEY_LENGTH}")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValidationError(name, "must not contain control characters")
+    return value
+
+
+def _choice(args: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str | None:
+    value = _single(args, name)
+    if value is None:
+        return None
+    if value not in allowed:
+        raise ValidationError(name, f"{value[:40]!r} is not one of: {', '.join(allowed)}")
+    return value
+
+
+def parse_time(name: str, raw: str | None) -> datetime | None:
+    """An ISO 8601 time; a time without a zone is taken as UTC (form inputs have none)."""
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError(
+            name, f"{raw[:40]!r} is not a date-time like 2026-01-31T09:00"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def parse_positive_int(name: str, raw: str | None, maximum: int = 2**62) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 19:
+        raise ValidationError(name, f"{raw[:40]!r} is not a positive whole number")
+    value = int(raw)
+    if not 1 <= value <= maximum:
+        raise ValidationError(name, f"must be between 1 and {maximum}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilters:
+    """Which jobs to show or act on. Empty fields do not filter."""
+
+    status: str | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    group_key: str | None = None
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+    #: `unresolved`, or one of the `Resolution` values (dead jobs only).
+    resolution: str | None = None
+    error: str | None = None
+    range: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    time_field: str = "created"
+    retried_from: int | None = None
+    sort: str = DEFAULT_SORT
+    page_size: int = DEFAULT_PAGE_SIZE
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> JobFilters:
+        """Parse query arguments (a Flask `request.args`, a dict); raises ValidationError."""
+        status = _choice(args, "status", tuple(str(s) for s in JobStatus))
+        resolution = _choice(args, "resolution", (UNRESOLVED, *(str(r) for r in Resolution)))
+        fingerprint = _single(args, "fingerprint")
+        if fingerprint is not None and not _FINGERPRINT.fullmatch(fingerprint):
+            raise ValidationError("fingerprint", "must be 16 hexadecimal digits")
+        error = _single(args, "error")
+        if error is not None:
+            if len(error) < SEARCH_MIN:
+                raise ValidationError("error", f"search for at least {SEARCH_MIN} characters")
+            if len(error) > SEARCH_MAX:
+                raise ValidationError("error", f"search text is limited to {SEARCH_MAX} characters")
+            if "\x00" in error:
+                raise ValidationError("error", "must not contain NUL")
+        page_size_raw = _single(args, "page_size")
+        page_size = DEFAULT_PAGE_SIZE
+        if page_size_raw is not None:
+            if page_size_raw not in {str(size) for size in PAGE_SIZES}:
+                raise ValidationError(
+                    "page_size", f"must be one of {', '.join(str(s) for s in PAGE_SIZES)}"
+                )
+            page_size = int(page_size_raw)
+        since = parse_time("since", _single(args, "since"))
+        until = parse_time("until", _single(args, "until"))
+        if since is not None and until is not None and since > until:
+            raise ValidationError("until", "must be after `since`")
+        return cls(
+            status=status,
+            queue=_name(args, "queue"),
+            job_type=_name(args, "type"),
+            group_key=_key(args, "group"),
+            idempotency_key=_key(args, "key"),
+            fingerprint=fingerprint,
+            resolution=resolution,
+            error=error,
+            range=_choice(args, "range", tuple(RANGES)),
+            since=since,
+            until=until,
+            time_field=_choice(args, "time", TIME_FIELDS) or "created",
+            retried_from=parse_positive_int("retried_from", _single(args, "retried_from")),
+            sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
+            page_size=page_size,
+        )
+
+    def to_args(self) -> dict[str, str]:
+        """The non-default filters as query arguments (the inverse of `from_args`)."""
+        out: dict[str, str] = {}
+        names = {"job_type": "type", "group_key": "group", "idempotency_key": "key",
+                 "time_field": "time"}  # fmt: skip
+        defaults = {"time_field": "created", "sort": DEFAULT_SORT, "page_size": DEFAULT_PAGE_SIZE}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is None or defaults.get(item.name) == value:
+                continue
+            if isinstance(value, datetime):
+                value = value.strftime("%Y-%m-%dT%H:%M:%S")
+            out[names.get(item.name, item.name)] = str(value)
+        return out
+
+    def window(self, now: datetime) -> tuple[datetime | None, datetime | None]:
+        """The effective [since, until] bounds; a relative `range` ends at `now`."""
+        since, until = self.since, self.until
+        if self.range is not None:
+            since = now - RANGES[self.range]
+        return since, until
+
+    def dead_unresolved(self) -> JobFilters:
+        """The same filters narrowed to dead jobs that still need a decision."""
+        return replace(self, status=str(JobStatus.DEAD), resolution=UNRESOLVED)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.to_args()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilters:
+    """Which audit entries to show."""
+
+    actor: str | None = None
+    action: str | None = None
+    job_id: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    page_size: int = DEFAULT_PAGE_SIZE
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any], actions: tuple[str, ...]) -> AuditFilters:
+        page_size_raw = _single(args, "page_size")
+        if page_size_raw is not None and page_size_raw not in {str(s) for s in PAGE_SIZES}:
+            raise ValidationError(
+                "page_size", f"must be one of {', '.join(str(s) for s in PAGE_SIZES)}"
+            )
+        since = parse_time("since", _single(args, "since"))
+        until = parse_time("until", _single(args, "until"))
+        if since is not None and until is not None and since > until:
+            raise ValidationError("until", "must be after `since`")
+        return cls(
+            actor=_key(args, "actor"),
+            action=_choice(args, "action", actions),
+            job_id=parse_positive_int("job", _single(args, "job")),
+            since=since,
+            until=until,
+            page_size=int(page_size_raw) if page_size_raw else DEFAULT_PAGE_SIZE,
+        )
+
+    def to_args(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.actor:
+            out["actor"] = self.actor
+        if self.action:
+            out["action"] = self.action
+        if self.job_id:
+            out["job"] = str(self.job_id)
+        if self.since:
+            out["since"] = self.since.strftime("%Y-%m-%dT%H:%M:%S")
+        if self.until:
+            out["until"] = self.until.strftime("%Y-%m-%dT%H:%M:%S")
+        if self.page_size != DEFAULT_PAGE_SIZE:
+            out["page_size"] = str(self.page_size)
+        return out

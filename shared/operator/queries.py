@@ -1,0 +1,422 @@
+"""Read side for people: the jobs list (filters, error search, keyset pages) and one
+job's full story (attempts, deliveries, lineage, group lane, audit).
+
+List queries never select `payload`: a list of 100 jobs must not drag 100 payloads of
+up to 256 KiB through the database and the web process. Error excerpts are cut in SQL.
+Every filter is bound as a parameter; sort orders and page sizes come from the
+allow-lists in `operator.filters`. `statement_deadline` bounds how long a page may query.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.errors import NotFoundError, ValidationError
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.sqltypes import UTCDateTime
+from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
+from jobdesk.shared.operator.audit import AuditRow, entries_for_job
+from jobdesk.shared.operator.filters import UNRESOLVED, JobFilters
+from jobdesk.shared.reports.models import report_runs
+from jobdesk.shared.webhooks.models import webhook_deliveries
+
+ERROR_EXCERPT_CHARS = 300
+LIKE_ESCAPE = "\\"
+
+
+@contextmanager
+def statement_deadline(conn: sa.Connection, seconds: float) -> Iterator[None]:
+    """Bound every statement run inside the block (the caller's open transaction).
+
+    PostgreSQL: `statement_timeout` set LOCAL to the transaction. SQLite has no statement
+    timeout, so a progress handler interrupts a statement that runs past the deadline.
+    """
+    if is_postgresql(conn):
+        milliseconds = max(1, int(seconds * 1000))
+        conn.execute(sa.select(sa.func.set_config("statement_timeout", str(milliseconds), True)))
+        yield
+        return
+    raw: Any = conn.connection.dbapi_connection
+    deadline = time.monotonic() + seconds
+
+    def _over_time() -> int:
+        return 1 if time.monotonic() > deadline else 0
+
+    raw.set_progress_handler(_over_time, 10_000)
+    try:
+        yield
+    finally:
+        raw.set_progress_handler(None, 0)
+
+
+def inline(value: str) -> sa.BindParameter[str]:
+    """A bound value rendered into the SQL text at execution (never user free text:
+    allow-listed states only), so plans for prepared statements still see the constant."""
+    return sa.literal(value, sa.String(), literal_execute=True)
+
+
+def like_pattern(text: str) -> str:
+    """`%text%` with LIKE's wildcards in the text escaped (searching `50%_off` finds it)."""
+    escaped = (text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2).replace("%", LIKE_ESCAPE + "%")).replace(
+        "_", LIKE_ESCAPE + "_"
+    )
+    return f"%{escaped}%"
+
+
+def error_matches(conn: sa.Connection, text: str) -> sa.ColumnElement[bool]:
+    """Jobs whose current error or any past attempt's error contains `text`, ignoring case.
+
+    PostgreSQL: `ILIKE` served by the pg_trgm GIN indexes on both columns; the two index
+    searches are combined with UNION so each can use its own index. SQLite: `LIKE`
+    (case-insensitive for ASCII).
+    """
+    pattern = like_pattern(text)
+    searched = jobs.alias("searched")
+    if is_postgresql(conn):
+        current = searched.c.last_error.ilike(pattern, escape=LIKE_ESCAPE)
+        past = job_attempts.c.error.ilike(pattern, escape=LIKE_ESCAPE)
+    else:
+        current = searched.c.last_error.like(pattern, escape=LIKE_ESCAPE)
+        past = job_attempts.c.error.like(pattern, escape=LIKE_ESCAPE)
+    matching_ids = sa.union(
+        sa.select(searched.c.id).where(current),
+        sa.select(job_attempts.c.job_id).where(past),
+    )
+    return jobs.c.id.in_(matching_ids)
+
+
+def filter_conditions(
+    conn: sa.Connection, filters: JobFilters, now: datetime
+) -> list[sa.ColumnElement[bool]]:
+    """The WHERE clauses for `filters` (shared by the list, triage and bulk previews)."""
+    conditions: list[sa.ColumnElement[bool]] = []
+    status = filters.status
+    if filters.resolution is not None and status is None:
+        status = str(JobStatus.DEAD)
+    if status is not None:
+        # Statuses come from an allow-list; rendered inline so the planner can match the
+        # partial indexes (`status = 'dead'`, the claimable statuses) in every plan.
+        conditions.append(jobs.c.status == inline(status))
+    if filters.queue is not None:
+        conditions.append(jobs.c.queue == filters.queue)
+    if filters.job_type is not None:
+        conditions.append(jobs.c.job_type == filters.job_type)
+    if filters.group_key is not None:
+        conditions.append(jobs.c.group_key == filters.group_key)
+    if filters.idempotency_key is not None:
+        conditions.append(jobs.c.idempotency_key == filters.idempotency_key)
+    if filters.fingerprint is not None:
+        conditions.append(jobs.c.error_fingerprint == filters.fingerprint)
+    if filters.resolution == UNRESOLVED:
+        conditions.append(jobs.c.resolution.is_(None))
+    elif filters.resolution is not None:
+        conditions.append(jobs.c.resolution == inline(filters.resolution))
+    if filters.retried_from is not None:
+        conditions.append(jobs.c.retried_from_id == filters.retried_from)
+    since, until = filters.window(now)
+    column = {
+        "created": jobs.c.created_at,
+        "finished": jobs.c.finished_at,
+        "updated": jobs.c.updated_at,
+    }[filters.time_field]
+    if since is not None:
+        conditions.append(column >= since)
+    if until is not None:
+        conditions.append(column <= until)
+    if filters.error is not None:
+        conditions.append(error_matches(conn, filters.error))
+    return conditions
+
+
+# --- the jobs list -----------------------------------------------------------------------
+
+#: sort name -> (column, descending, column holds a timestamp)
+_SORT_COLUMNS: dict[str, tuple[sa.Column[Any], bool, bool]] = {
+    "newest": (jobs.c.id, True, False),
+    "oldest": (jobs.c.id, False, False),
+    "next_run": (jobs.c.next_run_at, False, True),
+    "updated": (jobs.c.updated_at, True, True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """One line of a jobs list: everything but the payload."""
+
+    id: int
+    job_type: str
+    queue: str
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+    next_run_at: datetime
+    finished_at: datetime | None
+    group_key: str | None
+    idempotency_key: str | None
+    error_excerpt: str | None
+    error_fingerprint: str | None
+    resolution: str | None
+    retried_from_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[JobSummary]
+    next_cursor: str | None
+
+
+_SUMMARY_COLUMNS = (
+    jobs.c.id,
+    jobs.c.job_type,
+    jobs.c.queue,
+    jobs.c.status,
+    jobs.c.priority,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.created_at,
+    jobs.c.updated_at,
+    jobs.c.next_run_at,
+    jobs.c.finished_at,
+    jobs.c.group_key,
+    jobs.c.idempotency_key,
+    sa.func.substr(jobs.c.last_error, 1, ERROR_EXCERPT_CHARS).label("error_excerpt"),
+    jobs.c.error_fingerprint,
+    jobs.c.resolution,
+    jobs.c.retried_from_id,
+)
+
+
+def encode_cursor(sort: str, value: Any, job_id: int) -> str:
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    raw = json.dumps([sort, value, job_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
+    """The (sort value, id) a page starts after; refuses cursors from another sort."""
+    problem = ValidationError("after", "is not a valid page cursor (start from the first page)")
+    if len(raw) > 200:
+        raise problem
+    try:
+        data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise problem from None
+    if not (isinstance(data, list) and len(data) == 3 and data[0] == sort):
+        raise problem
+    _, value, job_id = data
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise problem
+    _, _, is_time = _SORT_COLUMNS[sort]
+    if is_time:
+        if not isinstance(value, str):
+            raise problem
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise problem from None
+        if value.tzinfo is None:
+            raise problem
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise problem
+    return value, job_id
+
+
+def list_jobs(
+    conn: sa.Connection, filters: JobFilters, after: str | None = None, *, now: datetime
+) -> Page:
+    """One page of jobs matching `filters`, in the filter's sort order (keyset paging)."""
+    column, descending, is_time = _SORT_COLUMNS[filters.sort]
+    query = sa.select(*_SUMMARY_COLUMNS).where(*filter_conditions(conn, filters, now))
+    if after:
+        value, last_id = decode_cursor(filters.sort, after)
+        if column is jobs.c.id:
+            query = query.where(jobs.c.id < last_id if descending else jobs.c.id > last_id)
+        else:
+            bound = sa.literal(value, UTCDateTime()) if is_time else sa.literal(value)
+            if descending:
+                query = query.where(
+                    sa.or_(column < bound, sa.and_(column == bound, jobs.c.id < last_id))
+                )
+            else:
+                query = query.where(
+                    sa.or_(column > bound, sa.and_(column == bound, jobs.c.id > last_id))
+                )
+    if column is jobs.c.id:
+        order = [jobs.c.id.desc() if descending else jobs.c.id.asc()]
+    else:
+        order = [column.desc(), jobs.c.id.desc()] if descending else [column.asc(), jobs.c.id.asc()]
+    query = query.order_by(*order).limit(filters.page_size + 1)
+    items = [JobSummary(**row._mapping) for row in conn.execute(query)]
+    more = len(items) > filters.page_size
+    items = items[: filters.page_size]
+    cursor = None
+    if more and items:
+        last = items[-1]
+        sort_value = getattr(last, column.name) if column is not jobs.c.id else last.id
+        cursor = encode_cursor(filters.sort, sort_value, last.id)
+    return Page(items, cursor)
+
+
+def count_matching(conn: sa.Connection, filters: JobFilters, *, now: datetime) -> int:
+    query = sa.select(sa.func.count()).select_from(jobs)
+    return int(conn.execute(query.where(*filter_conditions(conn, filters, now))).scalar_one())
+
+
+# --- one job -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedJob:
+    id: int
+    status: str
+    resolution: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLane:
+    """Where a job stands in its group's one-at-a-time lane."""
+
+    key: str
+    active_count: int
+    position: int | None
+    blocked_by: LinkedJob | None
+    head: list[LinkedJob]
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    job: dict[str, Any]
+    attempts: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]]
+    report_runs: list[dict[str, Any]]
+    audit: list[AuditRow]
+    retried_from: LinkedJob | None
+    retried_as: list[LinkedJob]
+    group: GroupLane | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _linked(row: Any) -> LinkedJob:
+    return LinkedJob(row.id, row.status, row.resolution, row.created_at)
+
+
+_LINK_COLUMNS = (jobs.c.id, jobs.c.status, jobs.c.resolution, jobs.c.created_at)
+
+
+def group_lane(conn: sa.Connection, job: dict[str, Any], limit: int = 10) -> GroupLane | None:
+    """The group's active jobs in claim order and what this job waits for.
+
+    Mirrors the claim's rule: a running job blocks its group; otherwise the first active
+    job in (priority, id) order is the head, and a retrying (failed) head keeps the lane
+    waiting for its next try. Dead and cancelled jobs do not block.
+    """
+    key = job["group_key"]
+    if key is None:
+        return None
+    in_group = sa.and_(jobs.c.group_key == key, jobs.c.status.in_(sql_values(ACTIVE)))
+    order = (
+        sa.case((jobs.c.status == JobStatus.RUNNING.value, 0), else_=1),
+        jobs.c.priority,
+        jobs.c.id,
+    )
+    head = [
+        _linked(r)
+        for r in conn.execute(
+            sa.select(*_LINK_COLUMNS).where(in_group).order_by(*order).limit(limit)
+        )
+    ]
+    total = int(conn.execute(sa.select(sa.func.count()).where(in_group)).scalar_one())
+    position = next((index for index, item in enumerate(head) if item.id == job["id"]), None)
+    blocked_by = None
+    if job["status"] in sql_values(CLAIMABLE):
+        first = head[0] if head else None
+        if first is not None and first.id != job["id"]:
+            blocked_by = first
+    return GroupLane(key, total, position, blocked_by, head)
+
+
+def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
+    """Everything the job page shows; raises NotFoundError for an unknown id."""
+    row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one_or_none()
+    if row is None:
+        raise NotFoundError(f"job #{job_id} does not exist (it may have been pruned)")
+    job = dict(row._mapping)
+    attempts = [
+        dict(r._mapping)
+        for r in conn.execute(
+            sa.select(job_attempts)
+            .where(job_attempts.c.job_id == job_id)
+            .order_by(job_attempts.c.attempt, job_attempts.c.id)
+        )
+    ]
+    deliveries = [
+        dict(r._mapping)
+        for r in conn.execute(
+            sa.select(webhook_deliveries)
+            .where(webhook_deliveries.c.job_id == job_id)
+            .order_by(webhook_deliveries.c.at.desc(), webhook_deliveries.c.id.desc())
+            .limit(100)
+        )
+    ]
+    runs = [
+        dict(r._mapping)
+        for r in conn.execute(
+            sa.select(report_runs).where(report_runs.c.job_id == job_id).order_by(report_runs.c.id)
+        )
+    ]
+    retried_from = None
+    if job["retried_from_id"] is not None:
+        parent = conn.execute(
+            sa.select(*_LINK_COLUMNS).where(jobs.c.id == job["retried_from_id"])
+        ).one_or_none()
+        retried_from = _linked(parent) if parent is not None else None
+    retried_as = [
+        _linked(r)
+        for r in conn.execute(
+            sa.select(*_LINK_COLUMNS).where(jobs.c.retried_from_id == job_id).order_by(jobs.c.id)
+        )
+    ]
+    return JobDetail(
+        job=job,
+        attempts=attempts,
+        deliveries=deliveries,
+        report_runs=runs,
+        audit=entries_for_job(conn, job_id),
+        retried_from=retried_from,
+        retried_as=retried_as,
+        group=group_lane(conn, job),
+    )
+
+
+def job_status(conn: sa.Connection, job_id: int) -> dict[str, Any]:
+    """The few fields a live status badge needs (polled while a job is active)."""
+    row = conn.execute(
+        sa.select(
+            jobs.c.id,
+            jobs.c.status,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.progress,
+            jobs.c.next_run_at,
+            jobs.c.resolution,
+        ).where(jobs.c.id == job_id)
+    ).one_or_none()
+    if row is None:
+        raise NotFoundError(f"job #{job_id} does not exist")
+    return dict(row._mapping)

@@ -1,0 +1,498 @@
+"""Dead-letter triage: retry as a new job, fix the payload and retry, ignore with a
+reason — for one job or in bulk — each writing its audit rows in the same transaction.
+
+Dead jobs never change state. A decision is written ON the dead row (`resolution`,
+`resolved_by`, `resolved_at`, `resolution_reason`) with a compare-and-set
+`WHERE status = 'dead' AND resolution IS NULL`: of two operators acting on the same job
+the second changes nothing and gets `ConflictError` (for a single job) or sees it
+counted as "already resolved" (in bulk), so a double-submitted form never retries a job
+twice. A retry inserts a NEW job (new id, `retried_from_id` = the dead one) copying
+type, queue, payload, priority, max_attempts, timeout, group and idempotency key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.job_types import known_types
+from jobdesk.shared.core.masking import MASK, mask_payload
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
+from jobdesk.shared.core.states import JobStatus, Resolution
+from jobdesk.shared.core.validation import DEFAULT_MAX_PAYLOAD_BYTES, serialize_payload
+from jobdesk.shared.operator import audit
+from jobdesk.shared.operator.filters import JobFilters
+from jobdesk.shared.operator.fleet import worker_job_types
+from jobdesk.shared.operator.queries import filter_conditions
+from jobdesk.shared.webhooks.models import webhook_endpoints
+
+#: The most jobs one bulk action touches. One action is one transaction: every job adds
+#: a resolution write, a new row and an audit row, so 1,000 keeps the transaction to
+#: about a second and its row locks short enough not to stall the workers claiming from
+#: the same table. Larger backlogs are handled by repeating the action; the preview
+#: says how many will remain.
+BULK_CAP = 1000
+#: Rows written per statement inside a bulk action.
+BATCH_SIZE = 200
+REASON_MAX_CHARS = 1000
+WEBHOOK_TYPE = "webhook.deliver"
+
+_COPIED = ("job_type", "queue", "payload", "priority", "max_attempts", "timeout_seconds",
+           "group_key", "idempotency_key")  # fmt: skip
+
+
+def check_reason(reason: str | None, *, required: bool) -> str | None:
+    """A bounded, stripped reason; required for ignoring."""
+    text = (reason or "").strip()
+    if not text:
+        if required:
+            raise ValidationError("reason", "is required: say why, so others can follow")
+        return None
+    if len(text) > REASON_MAX_CHARS:
+        raise ValidationError(
+            "reason", f"is {len(text):,} characters long; the limit is {REASON_MAX_CHARS:,}"
+        )
+    if "\x00" in text:
+        raise ValidationError("reason", "must not contain NUL characters")
+    return text
+
+
+def runnable_types(conn: sa.Connection) -> frozenset[str]:
+    """Types this installation knows: declared defaults plus what workers registered."""
+    return known_types() | worker_job_types(conn)
+
+
+def _unknown_type_error(job_type: str) -> ValidationError:
+    return ValidationError(
+        "job_type",
+        f"job type {job_type!r} is not known here and no registered worker runs it, so a "
+        "retry would never run; deploy a worker that handles it, or ignore the job with a "
+        "reason",
+    )
+
+
+def _dead_row(conn: sa.Connection, job_id: int) -> Any:
+    row = conn.execute(
+        sa.select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.status,
+            jobs.c.payload,
+            jobs.c.resolution,
+            jobs.c.resolved_by,
+            jobs.c.resolved_at,
+        ).where(jobs.c.id == job_id)
+    ).one_or_none()
+    if row is None:
+        raise NotFoundError(f"job #{job_id} does not exist")
+    return row
+
+
+def _conflict(row: Any) -> ConflictError:
+    if row.status != JobStatus.DEAD.value:
+        return ConflictError(f"job #{row.id} is {row.status}, not dead; only dead jobs are triaged")
+    when = row.resolved_at.strftime("%Y-%m-%d %H:%M:%S UTC") if row.resolved_at else "?"
+    return ConflictError(
+        f"job #{row.id} was already {row.resolution} by {row.resolved_by} at {when}"
+    )
+
+
+def _check_triageable(row: Any) -> None:
+    if row.status != JobStatus.DEAD.value or row.resolution is not None:
+        raise _conflict(row)
+
+
+def _resolve(
+    conn: sa.Connection,
+    ids: Sequence[int],
+    resolution: Resolution,
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime,
+) -> list[int]:
+    """The compare-and-set: mark still-unresolved dead jobs; returns those it marked."""
+    if not ids:
+        return []
+    statement = (
+        sa.update(jobs)
+        .where(
+            jobs.c.id.in_(list(ids)),
+            jobs.c.status == JobStatus.DEAD.value,
+            jobs.c.resolution.is_(None),
+        )
+        .values(
+            resolution=resolution.value,
+            resolved_by=actor,
+            resolved_at=now,
+            resolution_reason=reason,
+            updated_at=now,
+        )
+        .returning(jobs.c.id)
+    )
+    return sorted(conn.execute(statement).scalars())
+
+
+def _copy_as_new(conn: sa.Connection, ids: Sequence[int], now: datetime) -> dict[int, int]:
+    """INSERT … SELECT new queued jobs from dead ones; returns {dead id: new id}."""
+    if not ids:
+        return {}
+    source = sa.select(
+        *(jobs.c[name] for name in _COPIED),
+        jobs.c.id,
+        sa.literal(now, jobs.c.created_at.type),
+        sa.literal(now, jobs.c.created_at.type),
+        sa.literal(now, jobs.c.created_at.type),
+    ).where(jobs.c.id.in_(list(ids)))
+    statement = (
+        sa.insert(jobs)
+        .from_select(
+            [*_COPIED, "retried_from_id", "next_run_at", "created_at", "updated_at"], source
+        )
+        .returning(jobs.c.retried_from_id, jobs.c.id)
+    )
+    mapping: dict[int, int] = {row[0]: row[1] for row in conn.execute(statement)}
+    _notify(conn, mapping.values())
+    return mapping
+
+
+def _notify(conn: sa.Connection, new_ids: Iterable[int]) -> None:
+    """Wake idle workers (PostgreSQL) for the queues that just received jobs."""
+    ids = list(new_ids)
+    if not ids or not is_postgresql(conn):
+        return
+    queues = sorted(
+        conn.execute(sa.select(jobs.c.queue).where(jobs.c.id.in_(ids)).distinct()).scalars()
+    )
+    conn.execute(
+        sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, sa.column("q"))).select_from(
+            sa.func.unnest(sa.literal(queues, pg.ARRAY(sa.Text))).alias("q")
+        )
+    )
+
+
+# --- one job -----------------------------------------------------------------------------
+
+
+def retry_dead(
+    conn: sa.Connection, job_id: int, *, actor: str, reason: str | None = None, now: datetime
+) -> int:
+    """Retry dead job `job_id` as a new job; returns the new job's id."""
+    reason = check_reason(reason, required=False)
+    row = _dead_row(conn, job_id)
+    _check_triageable(row)
+    if row.job_type not in runnable_types(conn):
+        raise _unknown_type_error(row.job_type)
+    if not _resolve(conn, [job_id], Resolution.REQUEUED, actor=actor, reason=reason, now=now):
+        raise _conflict(_dead_row(conn, job_id))
+    new_id = _copy_as_new(conn, [job_id], now)[job_id]
+    audit.record(
+        conn, actor=actor, action="retry", job_id=job_id, new_job_id=new_id, reason=reason, now=now
+    )
+    return new_id
+
+
+def restore_masked(original: Any, edited: Any) -> Any:
+    """Put back secrets the edit form showed as `***` and the operator left untouched."""
+    if isinstance(edited, Mapping) and isinstance(original, Mapping):
+        shown = mask_payload(original)
+        return {
+            key: original[key]
+            if value == MASK and key in original and shown.get(key) == MASK
+            and original[key] != MASK
+            else restore_masked(original.get(key), value)
+            for key, value in edited.items()
+        }  # fmt: skip
+    if isinstance(edited, list) and isinstance(original, list):
+        return [
+            restore_masked(original[index] if index < len(original) else None, item)
+            for index, item in enumerate(edited)
+        ]
+    if edited == MASK and isinstance(original, str) and mask_payload(original) != original:
+        return original
+    return edited
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(value, list) and value:
+        flat = {}
+        for index, item in enumerate(value):
+            flat.update(_flatten(item, f"{prefix}[{index}]"))
+        return flat
+    return {prefix or "(root)": value}
+
+
+def payload_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed, path by path, with secrets masked on both sides."""
+    raw_before, raw_after = _flatten(before), _flatten(after)
+    shown_before, shown_after = _flatten(mask_payload(before)), _flatten(mask_payload(after))
+    changed = {
+        path: {"before": shown_before.get(path), "after": shown_after.get(path)}
+        for path in sorted(raw_before.keys() & raw_after.keys())
+        if raw_before[path] != raw_after[path]
+    }
+    added = {path: shown_after.get(path) for path in sorted(raw_after.keys() - raw_before.keys())}
+    removed = {
+        path: shown_before.get(path) for path in sorted(raw_before.keys() - raw_after.keys())
+    }
+    return {"changed": changed, "added": added, "removed": removed}
+
+
+def validate_fixed_payload(
+    job_type: str, payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> dict[str, Any]:
+    """The same rules as enqueue (strict JSON, size) plus the type's own checks."""
+    serialize_payload(payload, max_bytes)
+    assert isinstance(payload, Mapping)
+    errors = check_payload(job_type, payload)
+    if errors:
+        raise PayloadErrors(errors)
+    return dict(payload)
+
+
+def fix_and_retry(
+    conn: sa.Connection,
+    job_id: int,
+    payload: Mapping[str, Any],
+    *,
+    actor: str,
+    reason: str | None = None,
+    now: datetime,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> int:
+    """Retry dead job `job_id` as a new job with an edited payload; returns the new id.
+
+    The form shows secrets as `***`; values left that way keep their stored value. The
+    audit row stores a masked before/after diff.
+    """
+    reason = check_reason(reason, required=False)
+    row = _dead_row(conn, job_id)
+    _check_triageable(row)
+    if row.job_type not in runnable_types(conn):
+        raise _unknown_type_error(row.job_type)
+    fixed = validate_fixed_payload(
+        row.job_type, restore_masked(row.payload, payload), max_bytes=max_payload_bytes
+    )
+    if not _resolve(conn, [job_id], Resolution.FIXED, actor=actor, reason=reason, now=now):
+        raise _conflict(_dead_row(conn, job_id))
+    new_id = _copy_as_new(conn, [job_id], now)[job_id]
+    conn.execute(
+        sa.update(jobs).where(jobs.c.id == new_id).values(payload=serialize_payload(fixed))
+    )
+    audit.record(
+        conn,
+        actor=actor,
+        action="fix_retry",
+        job_id=job_id,
+        new_job_id=new_id,
+        reason=reason,
+        details={"diff": payload_diff(row.payload or {}, fixed)},
+        now=now,
+    )
+    return new_id
+
+
+def ignore_dead(
+    conn: sa.Connection, job_id: int, *, actor: str, reason: str | None, now: datetime
+) -> None:
+    """Resolve dead job `job_id` as ignored; the reason is required and bounded."""
+    clean = check_reason(reason, required=True)
+    row = _dead_row(conn, job_id)
+    _check_triageable(row)
+    if not _resolve(conn, [job_id], Resolution.IGNORED, actor=actor, reason=clean, now=now):
+        raise _conflict(_dead_row(conn, job_id))
+    audit.record(conn, actor=actor, action="ignore", job_id=job_id, reason=clean, now=now)
+
+
+# --- bulk --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which dead jobs a bulk action covers: explicit ids, or a filter limited to the id
+    range the preview showed (so submitting the same confirmation twice cannot reach
+    past what was previewed)."""
+
+    ids: tuple[int, ...] = ()
+    filters: JobFilters | None = None
+    id_range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.ids) == (self.filters is not None):
+            raise ValidationError("selection", "select some jobs, or choose all matching a filter")
+        if len(self.ids) > BULK_CAP:
+            raise ValidationError(
+                "ids", f"{len(self.ids):,} jobs selected; one action handles at most {BULK_CAP:,}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    """What a bulk action would do (shown before confirming)."""
+
+    matching: int
+    selected: int
+    capped: bool
+    types: dict[str, int]
+    unknown_types: dict[str, int]
+    paused_endpoint: int
+    not_triageable: int
+    id_range: tuple[int, int] | None
+    cap: int = BULK_CAP
+
+
+def _paused_endpoints(conn: sa.Connection, now: datetime) -> set[str]:
+    query = sa.select(webhook_endpoints.c.name).where(
+        webhook_endpoints.c.paused.is_(sa.true()),
+        sa.or_(webhook_endpoints.c.paused_until.is_(None), webhook_endpoints.c.paused_until > now),
+    )
+    return set(conn.execute(query).scalars())
+
+
+def _triageable() -> list[sa.ColumnElement[bool]]:
+    return [jobs.c.status == JobStatus.DEAD.value, jobs.c.resolution.is_(None)]
+
+
+def _selected_rows(conn: sa.Connection, selection: Selection, now: datetime, cap: int) -> list[Any]:
+    columns = (jobs.c.id, jobs.c.job_type, jobs.c.payload["endpoint"].as_string().label("ep"))
+    if selection.ids:
+        query = sa.select(*columns).where(jobs.c.id.in_(selection.ids), *_triageable())
+    else:
+        assert selection.filters is not None
+        conditions = filter_conditions(conn, selection.filters.dead_unresolved(), now)
+        query = sa.select(*columns).where(*conditions)
+        if selection.id_range is not None:
+            low, high = selection.id_range
+            query = query.where(jobs.c.id.between(low, high))
+    return list(conn.execute(query.order_by(jobs.c.id).limit(cap)))
+
+
+def preview_bulk(
+    conn: sa.Connection, selection: Selection, *, now: datetime, cap: int = BULK_CAP
+) -> Impact:
+    """Count, types, unknown types and paused-endpoint targets of a bulk action."""
+    rows = _selected_rows(conn, selection, now, cap)
+    if selection.ids:
+        matching = len(rows)
+        not_triageable = len(set(selection.ids)) - len(rows)
+    else:
+        assert selection.filters is not None
+        conditions = filter_conditions(conn, selection.filters.dead_unresolved(), now)
+        matching = int(conn.execute(sa.select(sa.func.count()).where(*conditions)).scalar_one())
+        not_triageable = 0
+    known = runnable_types(conn)
+    paused = _paused_endpoints(conn, now)
+    types: dict[str, int] = {}
+    unknown: dict[str, int] = {}
+    paused_count = 0
+    for row in rows:
+        types[row.job_type] = types.get(row.job_type, 0) + 1
+        if row.job_type not in known:
+            unknown[row.job_type] = unknown.get(row.job_type, 0) + 1
+        if row.job_type == WEBHOOK_TYPE and row.ep in paused:
+            paused_count += 1
+    return Impact(
+        matching=matching,
+        selected=len(rows),
+        capped=matching > len(rows),
+        types=dict(sorted(types.items(), key=lambda kv: -kv[1])),
+        unknown_types=unknown,
+        paused_endpoint=paused_count,
+        not_triageable=not_triageable,
+        id_range=(rows[0].id, rows[-1].id) if rows else None,
+        cap=cap,
+    )
+
+
+@dataclass(slots=True)
+class BulkResult:
+    action: str
+    done: int = 0
+    new_job_ids: list[int] = field(default_factory=list)
+    already_resolved: int = 0
+    unknown_type: int = 0
+
+
+def _batches(items: list[int], size: int) -> Iterable[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def bulk_retry(
+    conn: sa.Connection,
+    selection: Selection,
+    *,
+    actor: str,
+    reason: str | None = None,
+    now: datetime,
+    cap: int = BULK_CAP,
+) -> BulkResult:
+    """Retry up to `cap` selected dead jobs as new jobs, in batches; unknown types are
+    skipped and counted, jobs someone else resolved meanwhile are counted, not redone."""
+    reason = check_reason(reason, required=False)
+    rows = _selected_rows(conn, selection, now, cap)
+    known = runnable_types(conn)
+    result = BulkResult("retry")
+    wanted = [row.id for row in rows if row.job_type in known]
+    result.unknown_type = len(rows) - len(wanted)
+    requested = len(set(selection.ids)) if selection.ids else len(rows)
+    for batch in _batches(wanted, BATCH_SIZE):
+        resolved = _resolve(conn, batch, Resolution.REQUEUED, actor=actor, reason=reason, now=now)
+        mapping = _copy_as_new(conn, resolved, now)
+        audit.record_many(
+            conn,
+            (
+                {"actor": actor, "action": "retry", "job_id": old, "new_job_id": new,
+                 "reason": reason, "details": {"bulk": True}}
+                for old, new in sorted(mapping.items())
+            ),
+            now=now,
+        )  # fmt: skip
+        result.done += len(mapping)
+        result.new_job_ids.extend(new for _, new in sorted(mapping.items()))
+    result.already_resolved = requested - result.done - result.unknown_type
+    return result
+
+
+def bulk_ignore(
+    conn: sa.Connection,
+    selection: Selection,
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime,
+    cap: int = BULK_CAP,
+) -> BulkResult:
+    """Ignore up to `cap` selected dead jobs with one required reason, in batches."""
+    clean = check_reason(reason, required=True)
+    rows = _selected_rows(conn, selection, now, cap)
+    requested = len(set(selection.ids)) if selection.ids else len(rows)
+    result = BulkResult("ignore")
+    for batch in _batches([row.id for row in rows], BATCH_SIZE):
+        resolved = _resolve(conn, batch, Resolution.IGNORED, actor=actor, reason=clean, now=now)
+        audit.record_many(
+            conn,
+            (
+                {"actor": actor, "action": "ignore", "job_id": job_id, "reason": clean,
+                 "details": {"bulk": True}}
+                for job_id in resolved
+            ),
+            now=now,
+        )  # fmt: skip
+        result.done += len(resolved)
+    result.already_resolved = requested - result.done
+    return result

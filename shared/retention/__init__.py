@@ -1,0 +1,1 @@
+"""Retention: batched deletes of finished jobs, resolved alerts and expired reports."""

@@ -1,0 +1,226 @@
+"""Retention: what the pruner may delete, and the batched deletes that do it.
+
+Policy (each configurable with `JOBDESK_RETENTION_<NAME>`; `never`/`off` disables):
+
+| what                                   | default  | variable                           |
+|----------------------------------------|----------|------------------------------------|
+| succeeded jobs (by `finished_at`)      | 7 days   | `JOBDESK_RETENTION_SUCCEEDED_DAYS`    |
+| cancelled jobs (by `finished_at`)      | 30 days  | `JOBDESK_RETENTION_CANCELLED_DAYS`    |
+| dead letters *with a resolution*       | 90 days  | `JOBDESK_RETENTION_RESOLVED_DEAD_DAYS` |
+| report runs + files past `expires_at`  | on       | `JOBDESK_RETENTION_REPORTS`           |
+| resolved alerts                        | never    | `JOBDESK_RETENTION_ALERTS_DAYS`       |
+| audit log entries                      | never    | `JOBDESK_RETENTION_AUDIT_DAYS`        |
+
+Unresolved dead letters are never deleted: a human has not decided yet. A job's attempts
+and webhook delivery log go with it (`ON DELETE CASCADE`); retries that point at a pruned
+dead job keep running (`retried_from_id` is `SET NULL`).
+
+Each function here deletes ONE batch (default 1,000 rows) chosen by an id cursor; the
+pruner commits after every batch, so no transaction holds locks for long and a huge
+backlog never becomes one giant DELETE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.reports.models import report_runs
+from jobdesk.shared.settings import Settings, SettingsError, parse_bool, parse_int, parse_seconds
+
+_NEVER = {"never", "off", "none", "disabled"}
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long finished things are kept; None = forever."""
+
+    succeeded_days: float | None = 7.0
+    cancelled_days: float | None = 30.0
+    resolved_dead_days: float | None = 90.0
+    reports: bool = True
+    alerts_days: float | None = None
+    audit_days: float | None = None
+    batch_size: int = 1000
+    #: Per category and run; the rest waits for the next run so one run stays bounded.
+    max_batches: int = 200
+    interval_seconds: float = 3600.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+        return parse_retention(settings.extra)
+
+
+def parse_retention(extra: Mapping[str, str]) -> RetentionPolicy:
+    """Read `retention_*` keys of `Settings.extra`; unknown ones are an error."""
+    known = {f.name for f in fields(RetentionPolicy)}
+    values: dict[str, Any] = {}
+    for key, raw in extra.items():
+        if not key.startswith("retention_"):
+            continue
+        name = key[len("retention_") :]
+        env = f"JOBDESK_{key.upper()}"
+        if name not in known:
+            raise SettingsError(
+                f"{env}: unknown retention setting; known: "
+                + ", ".join(f"JOBDESK_RETENTION_{k.upper()}" for k in sorted(known))
+            )
+        values[name] = _parse_value(env, name, raw)
+    return replace(RetentionPolicy(), **values)
+
+
+def _parse_value(env: str, name: str, raw: str) -> Any:
+    if name == "reports":
+        return parse_bool(env, raw)
+    if name in ("batch_size", "max_batches"):
+        return parse_int(env, raw, minimum=1)
+    if name == "interval_seconds":
+        value = parse_seconds(env, raw)
+        if value <= 0:
+            raise SettingsError(f"{env}: must be > 0, got {raw!r}")
+        return value
+    if raw.strip().lower() in _NEVER:
+        return None
+    try:
+        days = float(raw)
+    except ValueError:
+        raise SettingsError(f"{env}: expected a number of days or 'never', got {raw!r}") from None
+    if not days > 0 or days == float("inf"):
+        raise SettingsError(f"{env}: expected a number of days > 0 or 'never', got {raw!r}")
+    return days
+
+
+def cutoff(now: datetime, days: float) -> datetime:
+    return now - timedelta(days=days)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's result: rows deleted and the cursor to continue after."""
+
+    deleted: int
+    last_id: int | None
+
+
+def _delete_ids(conn: sa.Connection, table: sa.Table, ids: list[int], guard: Any) -> int:
+    if not ids:
+        return 0
+    result = conn.execute(sa.delete(table).where(table.c.id.in_(ids), guard))
+    return int(result.rowcount or 0)
+
+
+def prune_jobs_batch(
+    conn: sa.Connection,
+    status: JobStatus,
+    older_than: datetime,
+    *,
+    after_id: int = 0,
+    limit: int = 1000,
+) -> Batch:
+    """Delete up to `limit` finished jobs of `status` that finished before `older_than`.
+
+    Dead jobs qualify only when resolved (and resolved before `older_than`).
+    """
+    if status not in (JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.DEAD):
+        raise ValueError(f"only final jobs are pruned, not {status}")
+    guard = sa.and_(jobs.c.status == status.value, jobs.c.finished_at < older_than)
+    if status is JobStatus.DEAD:
+        guard = sa.and_(guard, jobs.c.resolution.is_not(None), jobs.c.resolved_at < older_than)
+    ids = list(
+        conn.execute(
+            sa.select(jobs.c.id).where(guard, jobs.c.id > after_id).order_by(jobs.c.id).limit(limit)
+        ).scalars()
+    )
+    return Batch(_delete_ids(conn, jobs, ids, guard), ids[-1] if ids else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredReport:
+    id: int
+    file_path: str | None
+
+
+def expired_reports(
+    conn: sa.Connection, now: datetime, *, after_id: int = 0, limit: int = 1000
+) -> list[ExpiredReport]:
+    """The next batch of report runs past `expires_at` (id order); nothing is deleted.
+
+    The pruner removes the files first and then calls `delete_report_runs` in the same
+    transaction, so a failed commit leaves rows pointing at already-missing files (which
+    the next run cleans up) rather than files nobody knows about.
+    """
+    rows = conn.execute(
+        sa.select(report_runs.c.id, report_runs.c.file_path)
+        .where(report_runs.c.expires_at < now, report_runs.c.id > after_id)
+        .order_by(report_runs.c.id)
+        .limit(limit)
+    )
+    return [ExpiredReport(row.id, row.file_path) for row in rows]
+
+
+def delete_report_runs(conn: sa.Connection, ids: list[int], now: datetime) -> int:
+    """Delete expired report runs (their chunk results cascade)."""
+    return _delete_ids(conn, report_runs, ids, report_runs.c.expires_at < now)
+
+
+def prune_alerts_batch(
+    conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
+) -> Batch:
+    """Delete resolved alerts that resolved before `older_than` (open ones never)."""
+    guard = sa.and_(alerts.c.status == "resolved", alerts.c.resolved_at < older_than)
+    ids = list(
+        conn.execute(
+            sa.select(alerts.c.id)
+            .where(guard, alerts.c.id > after_id)
+            .order_by(alerts.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    return Batch(_delete_ids(conn, alerts, ids, guard), ids[-1] if ids else None)
+
+
+def prune_audit_batch(
+    conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
+) -> Batch:
+    """Delete audit entries older than `older_than` (only when retention is configured)."""
+    guard = audit_log.c.at < older_than
+    ids = list(
+        conn.execute(
+            sa.select(audit_log.c.id)
+            .where(guard, audit_log.c.id > after_id)
+            .order_by(audit_log.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    return Batch(_delete_ids(conn, audit_log, ids, guard), ids[-1] if ids else None)
+
+
+def describe(policy: RetentionPolicy) -> list[dict[str, Any]]:
+    """The policy as rows for the dashboard / CLI ("what is kept for how long")."""
+
+    def days(value: float | None) -> str:
+        return "forever" if value is None else f"{value:g} days"
+
+    return [
+        {"what": "succeeded jobs", "kept": days(policy.succeeded_days),
+         "env": "JOBDESK_RETENTION_SUCCEEDED_DAYS"},
+        {"what": "cancelled jobs", "kept": days(policy.cancelled_days),
+         "env": "JOBDESK_RETENTION_CANCELLED_DAYS"},
+        {"what": "resolved dead letters", "kept": days(policy.resolved_dead_days),
+         "env": "JOBDESK_RETENTION_RESOLVED_DEAD_DAYS"},
+        {"what": "unresolved dead letters", "kept": "forever (until triaged)", "env": None},
+        {"what": "report files", "kept": "until expiry" if policy.reports else "forever",
+         "env": "JOBDESK_RETENTION_REPORTS"},
+        {"what": "resolved alerts", "kept": days(policy.alerts_days),
+         "env": "JOBDESK_RETENTION_ALERTS_DAYS"},
+        {"what": "audit log", "kept": days(policy.audit_days),
+         "env": "JOBDESK_RETENTION_AUDIT_DAYS"},
+    ]  # fmt: skip

@@ -1,0 +1,19 @@
+"""The whole schema: every table of every subpackage on one `MetaData`.
+
+Each subpackage declares its own tables on the core's `Base`; importing them all here
+gives Alembic and the schema tests the complete picture.
+"""
+
+from __future__ import annotations
+
+from jobdesk.shared.alerts import models as _alerts
+from jobdesk.shared.core.models import metadata
+from jobdesk.shared.limits import models as _limits
+from jobdesk.shared.operator import models as _operator
+from jobdesk.shared.reports import models as _reports
+from jobdesk.shared.webhooks import models as _webhooks
+
+__all__ = ["metadata"]
+
+# Imported for their side effect: each module registers its tables on `metadata`.
+_TABLE_MODULES = (_alerts, _limits, _operator, _reports, _webhooks)

@@ -1,0 +1,124 @@
+"""The webhook delivery log: one row per HTTP request made for a `webhook.deliver` job.
+
+Each row keeps what an operator needs to understand an attempt without the receiver's
+logs: the `webhook-id` sent, the URL, status code, latency, outcome (`delivered`,
+`retry`, `rejected`, `gone`, `timeout`, `connect_error`, `unknown` …) and a masked,
+truncated excerpt of the response body. The dashboard's job page lists them.
+
+Also here: the identity of a delivery across requeues (`delivery_origin`), so a dead
+job requeued by an operator sends the same `webhook-id` as the original.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from jobdesk.shared.core.masking import sanitize_error
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.webhooks.models import webhook_deliveries
+
+EXCERPT_CHARS = 2000
+MAX_CHAIN = 1000
+MAX_LIST = 100
+
+
+@dataclass(frozen=True)
+class DeliveryOrigin:
+    """The first job of a requeue chain: its id and creation time identify the event."""
+
+    job_id: int
+    created_at: datetime
+    idempotency_key: str | None
+
+
+def delivery_origin(conn: sa.Connection, job_id: int) -> DeliveryOrigin:
+    """Follow `retried_from_id` back to the original job (bounded walk)."""
+    current = job_id
+    for _ in range(MAX_CHAIN):
+        row = conn.execute(
+            sa.select(
+                jobs.c.id, jobs.c.retried_from_id, jobs.c.created_at, jobs.c.idempotency_key
+            ).where(jobs.c.id == current)
+        ).first()
+        if row is None:
+            raise LookupError(f"job {current} not found")
+        if row.retried_from_id is None:
+            return DeliveryOrigin(row.id, row.created_at, row.idempotency_key)
+        current = row.retried_from_id
+    raise LookupError(f"requeue chain of job {job_id} is longer than {MAX_CHAIN}")
+
+
+def excerpt(body: bytes | str | None, *, total_bytes: int | None = None) -> str | None:
+    """A storable excerpt of a response body: valid UTF-8, masked, truncated."""
+    if body is None:
+        return None
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    clean = sanitize_error(text, EXCERPT_CHARS) or ""
+    if total_bytes is not None and total_bytes > len(body):
+        clean += f" [response body read capped; {len(body):,} of ≥{total_bytes:,} bytes]"
+    return clean
+
+
+def record_delivery(
+    conn: sa.Connection,
+    *,
+    job_id: int,
+    attempt: int,
+    endpoint: str,
+    webhook_id: str,
+    url: str,
+    outcome: str,
+    now: datetime,
+    status_code: int | None = None,
+    latency_ms: float | None = None,
+    response_excerpt: str | None = None,
+    error: str | None = None,
+) -> int:
+    """Append one delivery row; returns its id."""
+    return int(
+        conn.execute(
+            sa.insert(webhook_deliveries)
+            .values(
+                job_id=job_id,
+                attempt=attempt,
+                endpoint=endpoint,
+                webhook_id=webhook_id,
+                url=sanitize_error(url, 2000) or "",
+                at=now,
+                status_code=status_code,
+                latency_ms=latency_ms,
+                outcome=outcome,
+                response_excerpt=response_excerpt,
+                error=sanitize_error(error),
+            )
+            .returning(webhook_deliveries.c.id)
+        ).scalar_one()
+    )
+
+
+def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:
+    """The delivery log of one job, oldest first."""
+    rows = conn.execute(
+        sa.select(webhook_deliveries)
+        .where(webhook_deliveries.c.job_id == job_id)
+        .order_by(webhook_deliveries.c.id)
+        .limit(MAX_LIST)
+    )
+    return [dict(row._mapping) for row in rows]
+
+
+def recent_deliveries(
+    conn: sa.Connection, endpoint: str, *, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The latest deliveries to one endpoint, newest first."""
+    rows = conn.execute(
+        sa.select(webhook_deliveries)
+        .where(webhook_deliveries.c.endpoint == endpoint)
+        .order_by(webhook_deliveries.c.at.desc(), webhook_deliveries.c.id.desc())
+        .limit(min(max(limit, 1), MAX_LIST))
+    )
+    return [dict(row._mapping) for row in rows]

@@ -1,0 +1,66 @@
+"""Structured logs: one JSON object per record with the job fields, secrets masked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from jobdesk.worker.logs import JsonFormatter, TextFormatter
+
+
+def job_record(message: str, **extra: object) -> logging.LogRecord:
+    record = logging.makeLogRecord(
+        {"name": "jobdesk.worker", "levelno": logging.WARNING, "levelname": "WARNING"}
+    )
+    record.msg = message
+    record.__dict__.update(extra)
+    return record
+
+
+FIELDS = {
+    "action": "job_finished",
+    "job_id": 42,
+    "job_type": "webhook.deliver",
+    "attempt": 3,
+    "duration_ms": 1234.5,
+    "outcome": "failed",
+    "error": "401 for https://crm.example/hook?token=abcdef123456 "
+    "Authorization: Bearer abcdefghijkl",
+}
+
+
+def test_json_is_one_line_with_the_job_fields_and_no_secrets() -> None:
+    line = JsonFormatter().format(job_record("job 42 failed: password=hunter2", **FIELDS))
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["action"] == "job_finished"
+    assert (data["job_id"], data["job_type"], data["attempt"]) == (42, "webhook.deliver", 3)
+    assert data["duration_ms"] == 1234.5
+    assert data["outcome"] == "failed"
+    assert data["level"] == "warning"
+    assert "hunter2" not in line
+    assert "abcdef123456" not in line
+    assert "abcdefghijkl" not in line
+    assert "token=***" in data["error"]
+
+
+def test_json_masks_tracebacks() -> None:
+    try:
+        raise RuntimeError("connect to postgresql://app:s3cretpw@db/app failed")
+    except RuntimeError:
+        record = job_record("boom", action="job_crashed")
+        record.exc_info = sys.exc_info()
+    data = json.loads(JsonFormatter().format(record))
+    assert "s3cretpw" not in data["exc"]
+    assert "RuntimeError" in data["exc"]
+
+
+def test_text_is_human_readable_and_masked() -> None:
+    text = TextFormatter().format(job_record("job 42 failed", **FIELDS))
+    assert "WARNING" in text
+    assert "jobdesk.worker: job 42 failed" in text
+    assert "action=job_finished" in text
+    assert "job_type=webhook.deliver" in text
+    assert "abcdef123456" not in text
+    assert not text.lstrip().startswith("{")

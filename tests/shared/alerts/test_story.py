@@ -1,0 +1,105 @@
+"""The sign-up story's CRM outage: on-call is paged once, through real SMTP and a real
+webhook receiver, and the alert resolves after the endpoint recovers and jobs are requeued."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from jobdesk import enqueue
+from jobdesk.shared.alerts import config as rules
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.settings import Settings
+from jobdesk.shared.webhooks.models import webhook_endpoints
+from jobdesk.worker.maintenance.alerter import run_once
+from jobdesk.worker.testing import drain
+from tests.shared.alerts.helpers import alert_rows
+from tests.worker.jobs.conftest import add_test_endpoint
+from tests.worker.jobs.receiver import Receiver
+from tests.worker.jobs.smtp_server import SmtpSink
+
+SETTINGS = Settings(
+    extra={
+        "alert_email": "oncall@example.com",
+        "alert_webhook_endpoint": "oncall",
+        "alert_repeated_error_min_jobs": "5",
+        # No worker process runs here (drain() does the work), and the last check runs
+        # with the clock 16 minutes ahead: keep the queue-health rules out of the story.
+        "alert_queue_stalled_enabled": "no",
+        "alert_no_consumer_enabled": "no",
+    }
+)
+
+
+def alert_posts(receiver: Receiver) -> list[dict]:  # type: ignore[type-arg]
+    bodies = [json.loads(s.body) for s in receiver.seen if s.path == "/ok" and s.verified]
+    return [body for body in bodies if body["type"] == "jobdesk.alert"]
+
+
+def test_crm_outage_pages_once_and_resolves_after_requeue(
+    engine: sa.Engine, smtp: SmtpSink, receiver: Receiver, jobs_env: dict[str, str]
+) -> None:
+    receiver.secrets.append(add_test_endpoint(engine, "crm", receiver.url("/500")))
+    receiver.secrets.append(add_test_endpoint(engine, "oncall", receiver.url("/ok")))
+    with engine.begin() as conn:
+        for user_id in range(5):
+            enqueue(
+                conn,
+                "webhook.deliver",
+                {"endpoint": "crm", "event": "user.created", "data": {"user_id": user_id}},
+                max_attempts=1,
+            )
+    assert drain(engine).by_status["dead"] == 5
+
+    first = run_once(engine, None, SETTINGS)
+    assert first.opened == 2  # the spike and the repeated error: one incident
+    assert len(first.notification_jobs) == 2
+    drain(engine)
+    run_once(engine, None, SETTINGS)
+    drain(engine)
+
+    (mail,) = smtp.received
+    assert mail.recipients == ["oncall@example.com"]
+    assert mail.message["Subject"] == "[Jobdesk] Alert: dead letter spike: webhook.deliver:crm"
+    body = mail.message.get_payload(decode=True).decode()
+    assert "5 dead letters of webhook.deliver to crm" in body
+    (post,) = alert_posts(receiver)
+    assert post["type"] == "jobdesk.alert"
+    assert post["data"]["rule"] == rules.DEAD_LETTER_SPIKE
+    assert post["data"]["subject"] == "webhook.deliver:crm"
+    assert post["data"]["state"] == "open"
+    with engine.connect() as conn:
+        open_alerts = [(a.rule, a.subject) for a in alert_rows(conn) if a.status == "open"]
+    assert (rules.DEAD_LETTER_SPIKE, "webhook.deliver:crm") in open_alerts
+
+    # The CRM comes back; support requeues the dead letters; the copies go through.
+    with engine.begin() as conn:
+        now = db_now(conn)
+        conn.execute(
+            sa.update(webhook_endpoints)
+            .where(webhook_endpoints.c.name == "crm")
+            .values(url=receiver.url("/ok"))
+        )
+        dead = list(conn.execute(sa.select(jobs).where(jobs.c.status == "dead")))
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.status == "dead")
+            .values(resolution="requeued", resolved_by="support", resolved_at=now)
+        )
+        for row in dead:
+            enqueue(conn, "webhook.deliver", row.payload)
+    assert drain(engine).by_status["succeeded"] == 5
+
+    # The spike resolves at once (nothing left to triage); the repeated error once its
+    # window has passed without new failures.
+    later = run_once(engine, now + timedelta(minutes=16), SETTINGS)
+    assert later.resolved == 2
+    with engine.connect() as conn:
+        assert all(a.status == "resolved" for a in alert_rows(conn))
+    drain(engine)
+    assert len(smtp.received) == 2
+    assert smtp.received[1].message["Subject"].startswith("[Jobdesk] Resolved: dead letter")
+    assert [p["data"]["state"] for p in alert_posts(receiver)] == ["open", "resolved"]

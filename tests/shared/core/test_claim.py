@@ -1,0 +1,234 @@
+"""Claim: order, due times, limits, filters, leases, and per-group serial execution."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk.shared.core.claim import ClaimedJob, claim
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
+from jobdesk.shared.core.transitions import complete, fail
+from tests.factories import job_row, make_job
+
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
+
+
+def take(
+    engine: sa.Engine, limit: int = 100, now: datetime = NOW, **kw: object
+) -> list[ClaimedJob]:
+    with engine.begin() as conn:
+        return claim(conn, worker_id="w1", limit=limit, now=now, **kw)  # type: ignore[arg-type]
+
+
+def test_claim_order_is_priority_then_next_run_at_then_id(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        c = make_job(conn, priority=5, next_run_at=at(-10))
+        a = make_job(conn, priority=1, next_run_at=at(-1))
+        d = make_job(conn, priority=5, next_run_at=at(-10))
+        b = make_job(conn, priority=5, next_run_at=at(-100))
+        e = make_job(conn, priority=9, next_run_at=at(-1000))
+    assert [job.id for job in take(engine)] == [a, b, c, d, e]
+
+
+def test_limit_takes_the_most_urgent_first(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        ids = [make_job(conn, priority=p, next_run_at=at(-1)) for p in (7, 3, 5, 1, 9)]
+    first = take(engine, limit=2)
+    assert [job.id for job in first] == [ids[3], ids[1]]
+    assert [job.id for job in take(engine, limit=2)] == [ids[2], ids[0]]
+    assert [job.id for job in take(engine, limit=2)] == [ids[4]]
+    assert take(engine, limit=2) == []
+
+
+def test_not_yet_due_jobs_wait(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        later = make_job(conn, next_run_at=at(60))
+        retrying = make_job(conn, status="failed", attempts=1, next_run_at=at(30))
+    assert take(engine) == []
+    assert [job.id for job in take(engine, now=at(30))] == [retrying]
+    assert [job.id for job in take(engine, now=at(61))] == [later]
+
+
+def test_only_queued_and_due_failed_jobs_are_claimed(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        wanted = {
+            make_job(conn, next_run_at=at(-1)),
+            make_job(conn, status="failed", attempts=2, next_run_at=at(-1)),
+        }
+        for status in ("running", "succeeded", "dead", "cancelled"):
+            make_job(conn, status=status, attempts=1, next_run_at=at(-1))
+    assert {job.id for job in take(engine)} == wanted
+
+
+def test_only_listed_queues_and_job_types(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        mail = make_job(conn, queue="email", job_type="email.send", next_run_at=at(-1))
+        hook = make_job(conn, queue="webhooks", job_type="webhook.deliver", next_run_at=at(-1))
+        report = make_job(conn, queue="reports", job_type="report.generate", next_run_at=at(-1))
+        unknown = make_job(conn, queue="email", job_type="email.unknown", next_run_at=at(-1))
+    assert take(engine, queues=[]) == []
+    assert take(engine, job_types=[]) == []
+    assert take(engine, limit=0) == []
+    got = take(engine, queues=["email", "webhooks"], job_types=["email.send", "webhook.deliver"])
+    assert {job.id for job in got} == {mail, hook}
+    assert [job.id for job in take(engine, job_types=["report.generate"])] == [report]
+    assert [job.id for job in take(engine)] == [unknown]
+
+
+def test_claim_counts_the_attempt_and_sets_the_lease(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        job_id = make_job(
+            conn,
+            job_type="email.send",
+            queue="email",
+            payload={"to": "ana@example.com"},
+            status="failed",
+            attempts=2,
+            max_attempts=6,
+            priority=3,
+            next_run_at=at(-1),
+            idempotency_key="k1",
+            group_key="user:1",
+            timeout_seconds=7.5,
+        )
+    (job,) = take(engine, lease_seconds=45)
+    assert (job.id, job.attempt, job.max_attempts, job.priority) == (job_id, 3, 6, 3)
+    assert (job.job_type, job.queue, job.payload) == (
+        "email.send",
+        "email",
+        {"to": "ana@example.com"},
+    )
+    assert (job.idempotency_key, job.group_key, job.timeout_seconds) == ("k1", "user:1", 7.5)
+    assert (job.started_at, job.lease_expires_at, job.worker_id) == (NOW, at(45), "w1")
+    assert job.ref.id == job_id
+    assert job.ref.lease_token == job.lease_token
+    assert job.ref.attempt == 3
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert (row.status, row.attempts, row.locked_by) == ("running", 3, "w1")
+    assert (row.locked_at, row.started_at, row.lease_expires_at) == (NOW, NOW, at(45))
+    assert row.lease_token == job.lease_token
+
+
+def test_each_claim_gets_a_new_fencing_token(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        make_job(conn, next_run_at=at(-1))
+        make_job(conn, next_run_at=at(-1))
+    first, second = take(engine, limit=1), take(engine, limit=1)
+    assert first[0].lease_token != second[0].lease_token
+
+
+def test_a_row_without_attempts_left_is_skipped_not_breaking_the_claim(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        spent = make_job(conn, attempts=5, max_attempts=5, next_run_at=at(-10))
+        fine = make_job(conn, next_run_at=at(-1))
+    assert [job.id for job in take(engine)] == [fine]
+    with engine.connect() as conn:
+        assert job_row(conn, spent).status == "queued"
+
+
+def test_claim_uses_the_database_clock_by_default(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        due = make_job(conn)  # next_run_at defaults to the database's now
+        make_job(conn, next_run_at=datetime.now(UTC) + timedelta(hours=1))
+    with engine.begin() as conn:
+        assert [job.id for job in claim(conn, worker_id="w", limit=10)] == [due]
+
+
+def test_database_clock_claim_reports_the_stored_lease_times(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        first, second = make_job(conn), make_job(conn)
+    with engine.begin() as conn:
+        got = claim(conn, worker_id="w", limit=10, lease_seconds=12.5)
+    assert [job.id for job in got] == [first, second]
+    with engine.connect() as conn:
+        rows = [job_row(conn, job_id) for job_id in (first, second)]
+    for job, row in zip(got, rows, strict=True):
+        assert job.started_at.utcoffset() == timedelta(0)
+        assert (job.started_at, job.lease_expires_at) == (row.started_at, row.lease_expires_at)
+        assert job.lease_expires_at - job.started_at == timedelta(seconds=12.5)
+        assert abs(job.started_at - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+# -- groups: at most one running job per group_key, in order ------------------------------
+
+
+def test_one_running_job_per_group_head_first_other_groups_unblocked(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        a1 = make_job(conn, group_key="a", next_run_at=at(-5))
+        a2 = make_job(conn, group_key="a", next_run_at=at(-50))  # due earlier, but behind a1
+        b1 = make_job(conn, group_key="b", next_run_at=at(-5))
+        free = make_job(conn, next_run_at=at(-5))
+    got = take(engine)
+    assert sorted(job.id for job in got) == sorted([a1, b1, free])
+    assert take(engine) == []  # a2 waits while a1 runs
+    a_job = next(job for job in got if job.id == a1)
+    with engine.begin() as conn:
+        assert complete(conn, a_job.ref, now=NOW)
+    assert [job.id for job in take(engine)] == [a2]
+
+
+def test_group_order_follows_priority_then_id(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        low = make_job(conn, group_key="g", priority=7, next_run_at=at(-1))
+        high = make_job(conn, group_key="g", priority=2, next_run_at=at(-1))
+        same = make_job(conn, group_key="g", priority=7, next_run_at=at(-1))
+    order = []
+    for _ in range(3):
+        (job,) = take(engine)
+        order.append(job.id)
+        with engine.begin() as conn:
+            complete(conn, job.ref, now=NOW)
+    assert order == [high, low, same]
+
+
+def test_a_retrying_head_keeps_its_group_waiting_a_dead_one_does_not(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        head = make_job(conn, group_key="g", max_attempts=2, next_run_at=at(-5))
+        nxt = make_job(conn, group_key="g", next_run_at=at(-5))
+    (job,) = take(engine)
+    assert job.id == head
+    with engine.begin() as conn:
+        assert fail(conn, job.ref, error="boom", retry_at=at(600), now=NOW) == JobStatus.FAILED
+    assert take(engine) == []  # the group waits for its head's retry
+    (job,) = take(engine, now=at(601))
+    assert job.id == head
+    with engine.begin() as conn:
+        assert fail(conn, job.ref, error="boom", retry_at=None, now=at(601)) == JobStatus.DEAD
+    assert [job.id for job in take(engine, now=at(602))] == [nxt]
+
+
+def test_database_refuses_a_second_running_job_in_a_group(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        make_job(conn, group_key="g", status="running", attempts=1)
+        other = make_job(conn, group_key="g")
+        make_job(conn, group_key="h", status="running", attempts=1)
+    with engine.connect() as conn:
+        with pytest.raises(sa.exc.IntegrityError):
+            conn.execute(
+                sa.update(jobs).where(jobs.c.id == other).values(status="running", attempts=1)
+            )
+        conn.rollback()
+    with engine.connect() as conn, pytest.raises(sa.exc.IntegrityError):
+        make_job(conn, group_key="g", status="running", attempts=1)
+
+
+def test_claim_sql_repeats_the_partial_index_predicates_for_the_right_states() -> None:
+    # The claim copies the partial indexes' WHERE text so SQLite's planner can use them;
+    # this keeps those predicates naming exactly the claimable / active states.
+    from jobdesk.shared.core import claim as queue
+
+    def states(sql: str) -> set[str]:
+        return set(re.findall(r"'(\w+)'", sql))
+
+    assert states(queue._CLAIMABLE_SQL) == set(sql_values(CLAIMABLE))
+    assert states(queue._ACTIVE_GROUP_SQL) == set(sql_values(ACTIVE))
+    assert "group_key IS NOT NULL" in queue._ACTIVE_GROUP_SQL
