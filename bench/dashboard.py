@@ -88,8 +88,9 @@ def load_postgresql(url: str, total: int) -> None:
         conn.execute(sa.text("SET LOCAL statement_timeout = 0"))
         conn.execute(
             sa.text(f"""
-            INSERT INTO jobs (job_type, queue, payload, status, priority, attempts, max_attempts,
-                              next_run_at, created_at, updated_at, finished_at, last_error,
+            INSERT INTO jobdesk_jobs (job_type, queue, payload, status, priority, attempts,
+                              max_attempts, next_run_at, created_at, updated_at, finished_at,
+                              last_error,
                               error_fingerprint, idempotency_key, group_key)
             SELECT t.job_type, t.queue, t.payload, s.status, 5,
                    CASE WHEN s.status IN ('dead', 'failed') THEN 3
@@ -128,17 +129,17 @@ def load_postgresql(url: str, total: int) -> None:
         # Running jobs need distinct group keys (one running job per key is a constraint).
         conn.execute(
             sa.text("""
-            INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome,
-                                      error, error_fingerprint)
+            INSERT INTO jobdesk_job_attempts (job_id, attempt, worker_id, started_at,
+                                      finished_at, outcome, error, error_fingerprint)
             SELECT j.id, a, 'bench:1:aa', j.finished_at - interval '10 minutes', j.finished_at,
                    'failed', j.last_error, j.error_fingerprint
-            FROM jobs j CROSS JOIN generate_series(1, 2) AS a WHERE j.status = 'dead'
+            FROM jobdesk_jobs j CROSS JOIN generate_series(1, 2) AS a WHERE j.status = 'dead'
         """)
         )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("SET statement_timeout = 0"))
-        conn.execute(sa.text("VACUUM ANALYZE jobs"))
-        conn.execute(sa.text("VACUUM ANALYZE job_attempts"))
+        conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
+        conn.execute(sa.text("VACUUM ANALYZE jobdesk_job_attempts"))
     engine.dispose()
 
 
@@ -163,9 +164,9 @@ def load_sqlite(url: str, total: int) -> None:
                     WHEN i > {total} * 0.91 AND i % 7 = 0 THEN 'running'
                     WHEN i % 100 = 5 THEN 'cancelled' ELSE 'succeeded' END AS status,
                     ({total} - i) * 2592000.0 / {total} AS age, (i / 3) % 6 AS t FROM n)
-            INSERT INTO jobs (job_type, queue, payload, status, attempts, max_attempts, next_run_at,
-                              created_at, updated_at, finished_at, last_error, error_fingerprint,
-                              idempotency_key, group_key)
+            INSERT INTO jobdesk_jobs (job_type, queue, payload, status, attempts, max_attempts,
+                              next_run_at, created_at, updated_at, finished_at, last_error,
+                              error_fingerprint, idempotency_key, group_key)
             SELECT CASE t WHEN 0 THEN 'email.send' WHEN 1 THEN 'webhook.deliver'
                           WHEN 2 THEN 'report.generate' WHEN 3 THEN 'report.chunk'
                           WHEN 4 THEN 'crm.sync' ELSE 'invoice.render' END,
@@ -189,11 +190,11 @@ def load_sqlite(url: str, total: int) -> None:
             FROM s JOIN families f ON f.k = i % 20
         """)
         cursor.execute("""
-            INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome,
-                                      error, error_fingerprint)
+            INSERT INTO jobdesk_job_attempts (job_id, attempt, worker_id, started_at,
+                                      finished_at, outcome, error, error_fingerprint)
             SELECT id, a.n, 'bench:1:aa', finished_at, finished_at, 'failed', last_error,
                    error_fingerprint
-            FROM jobs, (SELECT 1 AS n UNION ALL SELECT 2) a WHERE status = 'dead'
+            FROM jobdesk_jobs, (SELECT 1 AS n UNION ALL SELECT 2) a WHERE status = 'dead'
         """)
         cursor.execute("COMMIT")
         cursor.execute("ANALYZE")
@@ -352,9 +353,9 @@ def run(name: str, url: str, total: int, rounds: int) -> None:
     with engine.begin() as conn:
         add_operator(conn, "bench", PASSWORD, "operator", now=datetime.now(UTC))
         counts = dict(
-            conn.execute(sa.text("SELECT status, count(*) FROM jobs GROUP BY status")).all()
+            conn.execute(sa.text("SELECT status, count(*) FROM jobdesk_jobs GROUP BY status")).all()
         )
-        attempts = conn.execute(sa.text("SELECT count(*) FROM job_attempts")).scalar_one()
+        attempts = conn.execute(sa.text("SELECT count(*) FROM jobdesk_job_attempts")).scalar_one()
     engine.dispose()
     print(f"loaded in {time.monotonic() - started:.1f}s: {counts}; {attempts:,} attempt rows")
     fp = fingerprint(FAMILIES[0].replace("{n}", "1")) or ""

@@ -47,12 +47,12 @@ ROUNDS = 3
 APP_TABLE_PG = "CREATE TABLE IF NOT EXISTS bench_users (id BIGSERIAL PRIMARY KEY, email TEXT)"
 APP_TABLE_SQLITE = "CREATE TABLE IF NOT EXISTS bench_users (id INTEGER PRIMARY KEY, email TEXT)"
 JOB_INSERT_PG = (
-    "INSERT INTO jobs (job_type, queue, payload, idempotency_key) VALUES (%s, %s, %s, %s) "
+    "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING RETURNING id"
 )
 JOB_INSERT_SQLITE = JOB_INSERT_PG.replace("%s", "?")
 BULK_INSERT_PG = (
-    "INSERT INTO jobs (job_type, queue, payload, priority, max_attempts) "
+    "INSERT INTO jobdesk_jobs (job_type, queue, payload, priority, max_attempts) "
     "VALUES (%s, %s, %s, %s, %s)"
 )
 BULK_INSERT_SQLITE = BULK_INSERT_PG.replace("%s", "?")
@@ -101,10 +101,10 @@ class Backend:
     def reset(self) -> None:
         with self.engine.begin() as conn:
             if self.postgresql:
-                conn.exec_driver_sql("TRUNCATE jobs, job_attempts, bench_users CASCADE")
+                conn.exec_driver_sql("TRUNCATE jobdesk_jobs, job_attempts, bench_users CASCADE")
             else:
-                conn.exec_driver_sql("DELETE FROM job_attempts")
-                conn.exec_driver_sql("DELETE FROM jobs")
+                conn.exec_driver_sql("DELETE FROM jobdesk_job_attempts")
+                conn.exec_driver_sql("DELETE FROM jobdesk_jobs")
                 conn.exec_driver_sql("DELETE FROM bench_users")
 
     def raw_connection(self) -> Any:

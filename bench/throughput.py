@@ -39,16 +39,16 @@ DEFAULT_PG_SERVER = "postgresql+psycopg://root@127.0.0.1:5432"
 PG_DATABASE = "jobdesk_bench_worker"
 
 RAW_CLAIM = """
-UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_by = 'raw',
+UPDATE jobdesk_jobs SET status = 'running', attempts = attempts + 1, locked_by = 'raw',
        locked_at = now(), started_at = now(), lease_token = 1,
        lease_expires_at = now() + interval '30 seconds', updated_at = now()
  WHERE id = ANY(ARRAY(
-       SELECT id FROM jobs WHERE status IN ('failed', 'queued') AND next_run_at <= now()
+       SELECT id FROM jobdesk_jobs WHERE status IN ('failed', 'queued') AND next_run_at <= now()
         ORDER BY priority, next_run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED))
 RETURNING id
 """
 RAW_COMPLETE = """
-UPDATE jobs SET status = 'succeeded', finished_at = now(), updated_at = now(),
+UPDATE jobdesk_jobs SET status = 'succeeded', finished_at = now(), updated_at = now(),
        locked_by = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE id = ANY(%s) AND status = 'running'
 """
@@ -80,7 +80,7 @@ def fresh_sqlite(tmp: Path) -> str:
 
 def reset_and_fill(engine: sa.Engine, n: int) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM job_attempts"))
+        conn.execute(sa.text("DELETE FROM jobdesk_job_attempts"))
         conn.execute(sa.delete(jobs))
     batch = [NewJob("bench.noop", {"i": 0}) for _ in range(5000)]
     left = n
@@ -91,7 +91,7 @@ def reset_and_fill(engine: sa.Engine, n: int) -> None:
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(sa.text("VACUUM ANALYZE jobs"))
+            conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
 
 
 def measured_rate(engine: sa.Engine, n: int) -> float:

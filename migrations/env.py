@@ -1,10 +1,16 @@
-"""Alembic environment: targets jobdesk.shared.core.models.metadata; batch mode on SQLite."""
+"""Alembic environment: Jobdesk's own tables and history only.
+
+Targets `jobdesk.shared.schema.metadata`; batch mode on SQLite. The version table is
+`jobdesk_alembic_version`, so an app's own Alembic history in the same database (in
+`alembic_version`) is neither read nor written.
+"""
 
 from __future__ import annotations
 
 from alembic import context
 
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.migrate import CONTEXT_OPTIONS
 from jobdesk.shared.schema import metadata
 
 config = context.config
@@ -27,6 +33,7 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        **CONTEXT_OPTIONS,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -10,6 +10,7 @@ room for the worker's shutdown grace period.
 from __future__ import annotations
 
 import configparser
+import importlib
 import json
 import os
 import re
@@ -247,7 +248,7 @@ def test_gunicorn_loads_the_app_with_the_shipped_config(tmp_path: Path) -> None:
 
 def test_the_app_path_imports() -> None:
     module, _, call = APP_PATH.partition(":")
-    factory = getattr(__import__(module), call.removesuffix("()"))
+    factory = getattr(importlib.import_module(module), call.removesuffix("()"))
     assert callable(factory)
 
 

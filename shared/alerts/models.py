@@ -15,7 +15,7 @@ from jobdesk.shared.core.sqltypes import JSONDocument, utcnow
 class Alert(Base):
     """An alert raised by a maintenance check; one open row per (rule, subject)."""
 
-    __tablename__ = "alerts"
+    __tablename__ = "jobdesk_alerts"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     rule: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
@@ -35,14 +35,14 @@ class Alert(Base):
     __table_args__ = (
         sa.CheckConstraint("status IN ('open', 'resolved')", name="status"),
         sa.Index(
-            "uq_alerts_open_rule_subject",
+            "uq_jobdesk_alerts_open_rule_subject",
             "rule",
             "subject",
             unique=True,
             postgresql_where=sa.text("status = 'open'"),
             sqlite_where=sa.text("status = 'open'"),
         ),
-        sa.Index("ix_alerts_opened_at", "opened_at"),
+        sa.Index("ix_jobdesk_alerts_opened_at", "opened_at"),
     )
 
 

@@ -5,7 +5,7 @@ a queue, an error fingerprint, a breaker, an endpoint). `apply_findings` reconci
 with the `alerts` table:
 
 - a subject that fires and has no open alert opens one; the partial unique index
-  `uq_alerts_open_rule_subject` (INSERT … ON CONFLICT DO NOTHING) makes "one open alert
+  `uq_jobdesk_alerts_open_rule_subject` (INSERT … ON CONFLICT DO NOTHING) makes "one open alert
   per (rule, subject)" a database fact, so two leaders evaluating during a hand-over
   open one row between them;
 - a subject that fires again refreshes its open alert (`last_seen_at`, `count`, message);

@@ -77,8 +77,8 @@ def _index_predicate(name: str) -> str:
 # the innermost `jobs`): SQLite uses a partial index only for a query whose WHERE has the
 # very same term — `status IN ('failed', 'queued')` does not imply an index on
 # `status IN ('queued', 'failed')`. A test checks they still name the intended states.
-_CLAIMABLE_SQL = _index_predicate("ix_jobs_claimable_any_queue")
-_ACTIVE_GROUP_SQL = _index_predicate("ix_jobs_active_group")
+_CLAIMABLE_SQL = _index_predicate("ix_jobdesk_jobs_claimable_any_queue")
+_ACTIVE_GROUP_SQL = _index_predicate("ix_jobdesk_jobs_active_group")
 _RUNNING = JobStatus.RUNNING.value
 
 # A job with no group, or the head of a group with nothing running: within a group, jobs
@@ -86,7 +86,7 @@ _RUNNING = JobStatus.RUNNING.value
 # waits for it), a dead or cancelled one no longer blocks. `group_key IS NULL` comes
 # first so ungrouped candidates never run the subquery (EXPLAIN: "never executed").
 _GROUP_IS_FREE = f"""(c.group_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM jobs AS peer
+            SELECT 1 FROM jobdesk_jobs AS peer
              WHERE peer.group_key = c.group_key AND {_ACTIVE_GROUP_SQL}
                AND peer.id <> c.id
                AND (peer.status = '{_RUNNING}' OR peer.priority < c.priority
@@ -126,9 +126,9 @@ _CLAIM_COLUMNS = (
 # (payloads included) instead of a row and a jsonb decode per job.
 _POSTGRESQL_CLAIM = f"""
 WITH claimed AS (
-    UPDATE jobs SET {_CLAIM_SET.format_map(_PG_PARAMS)}
+    UPDATE jobdesk_jobs SET {_CLAIM_SET.format_map(_PG_PARAMS)}
      WHERE id = ANY(ARRAY(
-           SELECT c.id FROM jobs AS c
+           SELECT c.id FROM jobdesk_jobs AS c
             WHERE {_CANDIDATE_WHERE.format(now=_PG_NOW, filters="{filters}")}
             ORDER BY c.priority, c.next_run_at, c.id
             LIMIT %(limit)s
@@ -144,9 +144,9 @@ SELECT json_agg(json_build_array({_CLAIM_COLUMNS})
 # SQLite: the transaction began with `BEGIN IMMEDIATE`, so this is the only writer and
 # `UPDATE … WHERE id IN (subquery)` is safe.
 _SQLITE_CLAIM = f"""
-UPDATE jobs SET {_CLAIM_SET.format_map(_SQLITE_PARAMS)}
+UPDATE jobdesk_jobs SET {_CLAIM_SET.format_map(_SQLITE_PARAMS)}
  WHERE id IN (
-       SELECT c.id FROM jobs AS c INDEXED BY {{index}}
+       SELECT c.id FROM jobdesk_jobs AS c INDEXED BY {{index}}
         WHERE {_CANDIDATE_WHERE.format(now=":now", filters="{filters}")}
         ORDER BY c.priority, c.next_run_at, c.id
         LIMIT :limit)
@@ -180,7 +180,9 @@ def _claim_statement(postgresql: bool, queues: int | None, job_types: int | None
         # Without planner statistics SQLite would rather fetch every claimable row by
         # status and sort them (30 ms per claim at a 100k backlog, against 0.8 ms
         # walking the claim-order index and stopping at `limit`).
-        index = "ix_jobs_claimable_any_queue" if queues is None else "ix_jobs_claimable"
+        index = (
+            "ix_jobdesk_jobs_claimable_any_queue" if queues is None else "ix_jobdesk_jobs_claimable"
+        )
         statement = _SQLITE_CLAIM.replace("{filters}", filters).replace("{index}", index)
     if len(_claim_statements) < 64:
         _claim_statements[key] = statement

@@ -64,7 +64,7 @@ _ON_CONFLICT = "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO N
 
 _POSTGRESQL_INSERT = f"""
 WITH ins AS (
-    INSERT INTO jobs ({_COLUMNS})
+    INSERT INTO jobdesk_jobs ({_COLUMNS})
     SELECT r.e->>0, r.e->>1, r.e->2, (r.e->>3)::smallint, (r.e->>4)::integer,
            COALESCE((r.e->>5)::timestamptz, statement_timestamp()),
            r.e->>6, r.e->>7, (r.e->>8)::double precision
@@ -155,7 +155,7 @@ def _sqlite_statement(count: int) -> str:
     if statement is None:
         values = ", ".join([_SQLITE_VALUES] * count)
         statement = (
-            f"INSERT INTO jobs ({_COLUMNS}) VALUES {values} {_ON_CONFLICT} "
+            f"INSERT INTO jobdesk_jobs ({_COLUMNS}) VALUES {values} {_ON_CONFLICT} "
             "RETURNING id, idempotency_key"
         )
         if len(_sqlite_statements) < 64:

@@ -5,9 +5,9 @@ Server-side defaults fill every optional column so such an insert needs only
 `job_type` and `payload`. CHECK constraints repeat the Python validation as a backstop,
 and two partial indexes carry the queue's hot path:
 
-- `ix_jobs_claimable`: only `queued`/`failed` rows, in claim order, so finished rows
+- `ix_jobdesk_jobs_claimable`: only `queued`/`failed` rows, in claim order, so finished rows
   never slow the claim down;
-- `uq_jobs_running_group_key`: at most one `running` job per `group_key` — per-key
+- `uq_jobdesk_jobs_running_group_key`: at most one `running` job per `group_key` — per-key
   serial execution is a database fact, not a hope.
 """
 
@@ -66,7 +66,7 @@ class Base(DeclarativeBase):
 class Job(Base):
     """One unit of work: what to do (`job_type` + `payload`), when, and how it went."""
 
-    __tablename__ = "jobs"
+    __tablename__ = "jobdesk_jobs"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
@@ -97,7 +97,7 @@ class Job(Base):
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
     retried_from_id: Mapped[int | None] = mapped_column(
-        BigId, sa.ForeignKey("jobs.id", ondelete="SET NULL")
+        BigId, sa.ForeignKey("jobdesk_jobs.id", ondelete="SET NULL")
     )
     resolution: Mapped[str | None] = mapped_column(sa.String(16))
     resolved_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
@@ -122,7 +122,7 @@ class Job(Base):
         ),
         sa.CheckConstraint("timeout_seconds IS NULL OR timeout_seconds > 0", name="timeout"),
         sa.Index(
-            "ix_jobs_claimable",
+            "ix_jobdesk_jobs_claimable",
             "queue",
             "priority",
             "next_run_at",
@@ -132,7 +132,7 @@ class Job(Base):
         ),
         # The same order without the queue, for workers that serve every queue.
         sa.Index(
-            "ix_jobs_claimable_any_queue",
+            "ix_jobdesk_jobs_claimable_any_queue",
             "priority",
             "next_run_at",
             "id",
@@ -140,7 +140,7 @@ class Job(Base):
             sqlite_where=sa.text(_CLAIMABLE_SQL),
         ),
         sa.Index(
-            "uq_jobs_running_group_key",
+            "uq_jobdesk_jobs_running_group_key",
             "group_key",
             unique=True,
             postgresql_where=sa.text("status = 'running'"),
@@ -148,7 +148,7 @@ class Job(Base):
         ),
         # A group's order: active jobs by (priority, id); the claim checks for predecessors.
         sa.Index(
-            "ix_jobs_active_group",
+            "ix_jobdesk_jobs_active_group",
             "group_key",
             "priority",
             "id",
@@ -162,26 +162,26 @@ class Job(Base):
         # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
         # key is unique among original enqueues only.
         sa.Index(
-            "uq_jobs_idempotency_key",
+            "uq_jobdesk_jobs_idempotency_key",
             "idempotency_key",
             unique=True,
             postgresql_where=sa.text("retried_from_id IS NULL"),
             sqlite_where=sa.text("retried_from_id IS NULL"),
         ),
         sa.Index(
-            "ix_jobs_running_lease",
+            "ix_jobdesk_jobs_running_lease",
             "lease_expires_at",
             postgresql_where=sa.text("status = 'running'"),
             sqlite_where=sa.text("status = 'running'"),
         ),
-        sa.Index("ix_jobs_status_queue_job_type", "status", "queue", "job_type"),
-        sa.Index("ix_jobs_status_finished_at", "status", "finished_at"),
-        sa.Index("ix_jobs_retried_from_id", "retried_from_id"),
-        sa.Index("ix_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        sa.Index("ix_jobdesk_jobs_status_queue_job_type", "status", "queue", "job_type"),
+        sa.Index("ix_jobdesk_jobs_status_finished_at", "status", "finished_at"),
+        sa.Index("ix_jobdesk_jobs_retried_from_id", "retried_from_id"),
+        sa.Index("ix_jobdesk_jobs_dead_fingerprint", "status", "error_fingerprint"),
         # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
         # with first/last seen and newest id, answered from this index alone.
         sa.Index(
-            "ix_jobs_dead_unresolved",
+            "ix_jobdesk_jobs_dead_unresolved",
             "error_fingerprint",
             "job_type",
             "finished_at",
@@ -190,7 +190,7 @@ class Job(Base):
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         ),
         sa.Index(
-            "ix_jobs_last_error_trgm",
+            "ix_jobdesk_jobs_last_error_trgm",
             "last_error",
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
@@ -204,10 +204,10 @@ class Job(Base):
 class JobAttempt(Base):
     """One row per finished attempt: who ran it, how it ended, the (masked) error."""
 
-    __tablename__ = "job_attempts"
+    __tablename__ = "jobdesk_job_attempts"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobdesk_jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(sa.Integer)
     worker_id: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
     started_at: Mapped[datetime | None]
@@ -218,12 +218,12 @@ class JobAttempt(Base):
 
     __table_args__ = (
         sa.CheckConstraint(_in_list("outcome", list(AttemptOutcome)), name="outcome"),
-        sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
-        sa.Index("ix_job_attempts_error_fingerprint", "error_fingerprint"),
+        sa.Index("ix_jobdesk_job_attempts_job_id_attempt", "job_id", "attempt"),
+        sa.Index("ix_jobdesk_job_attempts_error_fingerprint", "error_fingerprint"),
         # The repeated-error alert scans the last minutes of failed attempts.
-        sa.Index("ix_job_attempts_finished_at", "finished_at"),
+        sa.Index("ix_jobdesk_job_attempts_finished_at", "finished_at"),
         sa.Index(
-            "ix_job_attempts_error_trgm",
+            "ix_jobdesk_job_attempts_error_trgm",
             "error",
             postgresql_using="gin",
             postgresql_ops={"error": "gin_trgm_ops"},
@@ -234,7 +234,7 @@ class JobAttempt(Base):
 class Effect(Base):
     """Idempotency ledger: a side effect done under a stable key is never done again."""
 
-    __tablename__ = "effects"
+    __tablename__ = "jobdesk_effects"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     key: Mapped[str] = mapped_column(sa.String(300), unique=True)
@@ -246,7 +246,7 @@ class Effect(Base):
 class Lease(Base):
     """Named leases; `leader` elects the one worker that runs maintenance."""
 
-    __tablename__ = "leases"
+    __tablename__ = "jobdesk_leases"
 
     name: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
     holder: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
@@ -257,7 +257,7 @@ class Lease(Base):
 class Worker(Base):
     """A running worker process and its heartbeat."""
 
-    __tablename__ = "workers"
+    __tablename__ = "jobdesk_workers"
 
     id: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
     host: Mapped[str] = mapped_column(sa.String(255))
@@ -272,7 +272,7 @@ class Worker(Base):
     #: This host's wall clock minus the database clock at the last heartbeat (C1).
     clock_skew_seconds: Mapped[float | None] = mapped_column(sa.Float)
 
-    __table_args__ = (sa.Index("ix_workers_last_seen_at", "last_seen_at"),)
+    __table_args__ = (sa.Index("ix_jobdesk_workers_last_seen_at", "last_seen_at"),)
 
 
 metadata = Base.metadata

@@ -122,17 +122,17 @@ WITH batch AS (
 ), locked AS (
     -- Row locks in id order: heartbeats lock overlapping sets of running jobs, and two
     -- multi-row updates that lock in different orders can deadlock.
-    SELECT jobs.id FROM jobs JOIN batch ON jobs.id = batch.id
-     WHERE jobs.status = '{R.value}' AND jobs.lease_token = batch.token
-     ORDER BY jobs.id FOR NO KEY UPDATE OF jobs
+    SELECT jobdesk_jobs.id FROM jobdesk_jobs JOIN batch ON jobdesk_jobs.id = batch.id
+     WHERE jobdesk_jobs.status = '{R.value}' AND jobdesk_jobs.lease_token = batch.token
+     ORDER BY jobdesk_jobs.id FOR NO KEY UPDATE OF jobdesk_jobs
 ), done AS (
-    UPDATE jobs SET {_SUCCEEDED_SET.format(now="%(now)s", result="batch.result")}
+    UPDATE jobdesk_jobs SET {_SUCCEEDED_SET.format(now="%(now)s", result="batch.result")}
       FROM batch
-     WHERE jobs.id = batch.id AND jobs.id IN (SELECT id FROM locked)
-       AND jobs.status = '{R.value}' AND jobs.lease_token = batch.token
-    RETURNING jobs.id, jobs.attempts, jobs.started_at, batch.worker
+     WHERE jobdesk_jobs.id = batch.id AND jobdesk_jobs.id IN (SELECT id FROM locked)
+       AND jobdesk_jobs.status = '{R.value}' AND jobdesk_jobs.lease_token = batch.token
+    RETURNING jobdesk_jobs.id, jobdesk_jobs.attempts, jobdesk_jobs.started_at, batch.worker
 ), attempts AS (
-    INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
+    INSERT INTO jobdesk_job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, attempts, worker, started_at, %(now)s, '{AttemptOutcome.SUCCEEDED.value}'
       FROM done
 )
@@ -170,15 +170,15 @@ def _sqlite_complete_statements(count: int) -> tuple[str, str]:
         values = ", ".join(["(?, ?, ?)"] * count)
         update = (
             f"WITH batch(id, token, result) AS (VALUES {values}) "
-            f"UPDATE jobs SET {_SUCCEEDED_SET.format(now='?', result='batch.result')} "
-            f"FROM batch WHERE jobs.id = batch.id AND jobs.status = '{R.value}' "
-            "AND jobs.lease_token = batch.token "
-            "RETURNING jobs.id, jobs.attempts, jobs.started_at"
+            f"UPDATE jobdesk_jobs SET {_SUCCEEDED_SET.format(now='?', result='batch.result')} "
+            f"FROM batch WHERE jobdesk_jobs.id = batch.id AND jobdesk_jobs.status = '{R.value}' "
+            "AND jobdesk_jobs.lease_token = batch.token "
+            "RETURNING jobdesk_jobs.id, jobdesk_jobs.attempts, jobdesk_jobs.started_at"
         )
         rows = ", ".join(["(?, ?, ?, ?, ?, ?)"] * count)
         insert = (
-            "INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, "
-            f"outcome) VALUES {rows}"
+            "INSERT INTO jobdesk_job_attempts (job_id, attempt, worker_id, started_at, "
+            f"finished_at, outcome) VALUES {rows}"
         )
         statements = (update, insert)
         if len(_sqlite_complete) < 64:

@@ -14,7 +14,7 @@ from jobdesk.shared.core.sqltypes import utcnow
 class CircuitBreaker(Base):
     """Per-destination breaker state shared by every worker process."""
 
-    __tablename__ = "circuit_breakers"
+    __tablename__ = "jobdesk_circuit_breakers"
 
     key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
     state: Mapped[str] = mapped_column(sa.String(16), server_default="closed")
@@ -30,7 +30,7 @@ class CircuitBreaker(Base):
 class RateLimitBucket(Base):
     """Token bucket per named limit (`smtp:default`, `webhook:crm`), shared via the DB."""
 
-    __tablename__ = "rate_limits"
+    __tablename__ = "jobdesk_rate_limits"
 
     key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
     tokens: Mapped[float] = mapped_column(sa.Float)

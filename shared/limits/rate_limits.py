@@ -75,7 +75,7 @@ def try_acquire(
 
 _PG_ACQUIRE = sa.text(
     """
-    INSERT INTO rate_limits AS b (key, tokens, updated_at)
+    INSERT INTO jobdesk_rate_limits AS b (key, tokens, updated_at)
     VALUES (:key, :capacity - 1, :now)
     ON CONFLICT (key) DO UPDATE
        SET tokens = LEAST(:capacity, b.tokens + GREATEST(0, EXTRACT(EPOCH FROM

@@ -4,7 +4,7 @@ and the hourly dead-letter trend.
 A fingerprint is the error with ids, numbers, UUIDs and timestamps stripped
 (`jobdesk.shared.core.masking.fingerprint`), so "timeout after 10.2s talking to crm (job 812)" and
 "... (job 9133)" are one group. Grouping reads the partial index
-`ix_jobs_dead_unresolved` (fingerprint, type, finished_at) only; the sample error of
+`ix_jobdesk_jobs_dead_unresolved` (fingerprint, type, finished_at) only; the sample error of
 each group comes from its newest job, fetched by primary key for the shown page only.
 """
 

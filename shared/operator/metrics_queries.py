@@ -1,8 +1,8 @@
 """Read side for monitoring: the figures `/metrics`, the alert rules and `jobdesk stats` share.
 
-Every query is an aggregate served by an index (`ix_jobs_status_queue_job_type`,
-`ix_jobs_claimable`, `ix_workers_last_seen_at`, the alerts' partial index), so a scrape
-stays cheap with millions of finished jobs. "Due" means claimable now: `queued` or
+Every query is an aggregate served by an index (`ix_jobdesk_jobs_status_queue_job_type`,
+`ix_jobdesk_jobs_claimable`, `ix_jobdesk_workers_last_seen_at`, the alerts' partial index),
+so a scrape stays cheap with millions of finished jobs. "Due" means claimable now: `queued` or
 `failed` with `next_run_at <= now` — a job scheduled for later is not waiting yet.
 """
 

@@ -15,7 +15,7 @@ from jobdesk.shared.core.sqltypes import JSONDocument, utcnow
 class AuditEntry(Base):
     """Append-only record of operator actions, written in the action's own transaction."""
 
-    __tablename__ = "audit_log"
+    __tablename__ = "jobdesk_audit_log"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(server_default=utcnow())
@@ -28,16 +28,16 @@ class AuditEntry(Base):
     details: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
 
     __table_args__ = (
-        sa.Index("ix_audit_log_job_id", "job_id"),
-        sa.Index("ix_audit_log_at", "at"),
-        sa.Index("ix_audit_log_actor_at", "actor", "at"),
+        sa.Index("ix_jobdesk_audit_log_job_id", "job_id"),
+        sa.Index("ix_jobdesk_audit_log_at", "at"),
+        sa.Index("ix_jobdesk_audit_log_actor_at", "actor", "at"),
     )
 
 
 class Operator(Base):
     """A dashboard user with a role: viewer (read), operator (triage), admin (everything)."""
 
-    __tablename__ = "operators"
+    __tablename__ = "jobdesk_operators"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     username: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), unique=True)

@@ -14,7 +14,7 @@ from jobdesk.shared.core.sqltypes import utcnow
 class WebhookEndpoint(Base):
     """A named webhook destination with its signing secret(s) and operator pause."""
 
-    __tablename__ = "webhook_endpoints"
+    __tablename__ = "jobdesk_webhook_endpoints"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), unique=True)
@@ -33,10 +33,10 @@ class WebhookEndpoint(Base):
 class WebhookDelivery(Base):
     """One HTTP request made for a webhook job: what was sent and what came back."""
 
-    __tablename__ = "webhook_deliveries"
+    __tablename__ = "jobdesk_webhook_deliveries"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobdesk_jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(sa.Integer)
     endpoint: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
     webhook_id: Mapped[str] = mapped_column(sa.String(KEY_LENGTH))
@@ -49,8 +49,8 @@ class WebhookDelivery(Base):
     error: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (
-        sa.Index("ix_webhook_deliveries_job_id", "job_id"),
-        sa.Index("ix_webhook_deliveries_endpoint_at", "endpoint", "at"),
+        sa.Index("ix_jobdesk_webhook_deliveries_job_id", "job_id"),
+        sa.Index("ix_jobdesk_webhook_deliveries_endpoint_at", "endpoint", "at"),
     )
 
 

@@ -7,7 +7,7 @@
         user = User.objects.create(email=email)
         with connection.cursor() as cursor:
             cursor.execute(
-                "INSERT INTO jobs (job_type, queue, payload, idempotency_key) "
+                "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) "
                 "VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING",
                 ["email.send", "email",
@@ -38,7 +38,7 @@ from django.conf import settings as django_settings  # noqa: E402
 from django.db import connections, transaction  # noqa: E402
 
 ENQUEUE_SQL = (
-    "INSERT INTO jobs (job_type, queue, payload, idempotency_key) "
+    "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) "
     "VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING"
 )

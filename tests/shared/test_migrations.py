@@ -13,13 +13,20 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from jobdesk.shared.core.db import make_engine
-from jobdesk.shared.migrate import current_revision, head_revision, is_up_to_date, upgrade
+from jobdesk.shared.migrate import (
+    CONTEXT_OPTIONS,
+    MigrationError,
+    current_revision,
+    head_revision,
+    is_up_to_date,
+    upgrade,
+)
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
 from tests.conftest import PG_ADMIN_URL
 
 #: Declared with `ddl_if(dialect="postgresql")`: trigram indexes exist only there.
-POSTGRESQL_ONLY_INDEXES = {"ix_jobs_last_error_trgm", "ix_job_attempts_error_trgm"}
+POSTGRESQL_ONLY_INDEXES = {"ix_jobdesk_jobs_last_error_trgm", "ix_jobdesk_job_attempts_error_trgm"}
 
 
 @pytest.fixture
@@ -49,7 +56,7 @@ def empty_engine(
 
 def drift(engine: sa.Engine) -> list[Any]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        context = MigrationContext.configure(conn, opts={"compare_type": True, **CONTEXT_OPTIONS})
         diffs = compare_metadata(context, metadata)
     if engine.dialect.name == "sqlite":
         diffs = [d for d in diffs if not is_postgresql_only_index(d)]
@@ -85,18 +92,97 @@ def test_upgrade_twice_is_a_no_op(empty_engine: sa.Engine) -> None:
 
 def test_partial_indexes_exist_with_their_conditions(empty_engine: sa.Engine) -> None:
     upgrade(empty_engine)
-    indexes = {ix["name"]: ix for ix in sa.inspect(empty_engine).get_indexes("jobs")}
-    assert {"ix_jobs_claimable", "uq_jobs_running_group_key", "uq_jobs_idempotency_key"} <= set(
-        indexes
-    )
-    assert indexes["uq_jobs_running_group_key"]["unique"]
-    assert indexes["uq_jobs_idempotency_key"]["unique"]
+    indexes = {ix["name"]: ix for ix in sa.inspect(empty_engine).get_indexes("jobdesk_jobs")}
+    assert {
+        "ix_jobdesk_jobs_claimable",
+        "uq_jobdesk_jobs_running_group_key",
+        "uq_jobdesk_jobs_idempotency_key",
+    } <= set(indexes)
+    assert indexes["uq_jobdesk_jobs_running_group_key"]["unique"]
+    assert indexes["uq_jobdesk_jobs_idempotency_key"]["unique"]
     names = set(indexes)
     if empty_engine.dialect.name == "postgresql":
-        assert "ix_jobs_last_error_trgm" in names
+        assert "ix_jobdesk_jobs_last_error_trgm" in names
         attempt_indexes = {
-            ix["name"] for ix in sa.inspect(empty_engine).get_indexes("job_attempts")
+            ix["name"] for ix in sa.inspect(empty_engine).get_indexes("jobdesk_job_attempts")
         }
-        assert "ix_job_attempts_error_trgm" in attempt_indexes
+        assert "ix_jobdesk_job_attempts_error_trgm" in attempt_indexes
     else:
         assert not names & POSTGRESQL_ONLY_INDEXES
+
+
+def test_every_table_and_index_is_namespaced(empty_engine: sa.Engine) -> None:
+    upgrade(empty_engine)
+    inspector = sa.inspect(empty_engine)
+    tables = set(inspector.get_table_names())
+    assert tables == {*metadata.tables, "jobdesk_alembic_version"}
+    assert all(name.startswith("jobdesk_") for name in tables)
+    for table in metadata.tables:
+        for index in inspector.get_indexes(table):
+            assert index["name"].startswith(("ix_jobdesk_", "uq_jobdesk_")), index["name"]
+
+
+APP_SCHEMA = (
+    "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)",
+    "INSERT INTO alembic_version VALUES ('12b684f79665')",
+    "CREATE TABLE users (id INTEGER PRIMARY KEY, email VARCHAR(200))",
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY, title VARCHAR(200))",
+    "CREATE TABLE alerts (id INTEGER PRIMARY KEY, body TEXT)",
+    "CREATE TABLE workers (id INTEGER PRIMARY KEY, name TEXT)",
+    "CREATE INDEX ix_jobs_title ON jobs (title)",
+    "INSERT INTO users VALUES (1, 'ana@example.com')",
+    "INSERT INTO jobs VALUES (7, 'plumber')",
+)
+
+
+def _app_snapshot(engine: sa.Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        return {
+            name: (
+                [c["name"] for c in inspector.get_columns(name)],
+                sorted(ix["name"] for ix in inspector.get_indexes(name)),
+                sorted(map(tuple, conn.execute(sa.text(f"SELECT * FROM {name}")))),
+            )
+            for name in ("alembic_version", "users", "jobs", "alerts", "workers")
+        }
+
+
+def test_migrate_beside_an_apps_own_history_and_tables_leaves_them_untouched(
+    empty_engine: sa.Engine,
+) -> None:
+    with empty_engine.begin() as conn:
+        for statement in APP_SCHEMA:
+            conn.execute(sa.text(statement))
+    before = _app_snapshot(empty_engine)
+    upgrade(empty_engine)
+    upgrade(empty_engine)
+    assert current_revision(empty_engine) == head_revision()
+    assert drift(empty_engine) == []
+    assert _app_snapshot(empty_engine) == before
+    with empty_engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == (
+            "12b684f79665"
+        )
+
+
+def test_a_revision_from_a_newer_jobdesk_is_one_clear_line(empty_engine: sa.Engine) -> None:
+    upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("UPDATE jobdesk_alembic_version SET version_num = 'jobdesk_0099'"))
+    with pytest.raises(MigrationError) as failure:
+        upgrade(empty_engine)
+    message = str(failure.value)
+    assert "\n" not in message
+    assert "'jobdesk_0099'" in message
+    assert "newer Jobdesk" in message
+
+
+def test_jobdesk_tables_without_history_are_named_not_half_migrated(
+    empty_engine: sa.Engine,
+) -> None:
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE jobdesk_jobs (id INTEGER PRIMARY KEY)"))
+    with pytest.raises(MigrationError, match=r"has Jobdesk tables \(jobdesk_jobs\) but no"):
+        upgrade(empty_engine)
+    assert set(sa.inspect(empty_engine).get_table_names()) == {"jobdesk_jobs"}

@@ -50,7 +50,7 @@ def test_resolution_is_delivered_once(engine: sa.Engine) -> None:
     settings = Settings(extra=CHANNELS)
     run_once(engine, NOW, settings)
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE circuit_breakers SET state = 'closed'"))
+        conn.execute(sa.text("UPDATE jobdesk_circuit_breakers SET state = 'closed'"))
     resolved = run_once(engine, NOW + timedelta(minutes=1), settings)
     run_once(engine, NOW + timedelta(minutes=2), settings)
     assert len(resolved.notification_jobs) == 2

@@ -22,7 +22,7 @@ from jobdesk.shared.core.transitions import complete, fail
 from tests.factories import job_row, make_job
 
 README_SQL = """
-INSERT INTO jobs (job_type, queue, payload, idempotency_key)
+INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key)
 VALUES ('email.send', 'email', '{"to": "ana@example.com", "template": "welcome"}',
         'welcome_email:user:42')
 ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING

@@ -1,8 +1,8 @@
-"""initial schema
+"""Jobdesk's schema: every `jobdesk_*` table.
 
-Revision ID: 0001
+Revision ID: jobdesk_0001
 Revises:
-Create Date: 2026-11-29 10:59:57.241934
+Create Date: 2026-12-01 09:00:00
 """
 
 from collections.abc import Sequence
@@ -12,7 +12,7 @@ from alembic import op
 
 import jobdesk.shared.core.sqltypes
 
-revision: str = "0001"
+revision: str = "jobdesk_0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -24,7 +24,7 @@ def upgrade() -> None:
         # Trigram indexes make `ILIKE '%text%'` error search fast on PostgreSQL.
         op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
     op.create_table(
-        "alerts",
+        "jobdesk_alerts",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -60,14 +60,14 @@ def upgrade() -> None:
             nullable=True,
         ),
         sa.Column("acknowledged_note", sa.Text(), nullable=True),
-        sa.CheckConstraint("status IN ('open', 'resolved')", name=op.f("ck_alerts_status")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_alerts")),
-        sa.UniqueConstraint("notify_key", name=op.f("uq_alerts_notify_key")),
+        sa.CheckConstraint("status IN ('open', 'resolved')", name=op.f("ck_jobdesk_alerts_status")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_alerts")),
+        sa.UniqueConstraint("notify_key", name=op.f("uq_jobdesk_alerts_notify_key")),
     )
-    with op.batch_alter_table("alerts", schema=None) as batch_op:
-        batch_op.create_index("ix_alerts_opened_at", ["opened_at"], unique=False)
+    with op.batch_alter_table("jobdesk_alerts", schema=None) as batch_op:
+        batch_op.create_index("ix_jobdesk_alerts_opened_at", ["opened_at"], unique=False)
         batch_op.create_index(
-            "uq_alerts_open_rule_subject",
+            "uq_jobdesk_alerts_open_rule_subject",
             ["rule", "subject"],
             unique=True,
             postgresql_where=sa.text("status = 'open'"),
@@ -75,7 +75,7 @@ def upgrade() -> None:
         )
 
     op.create_table(
-        "audit_log",
+        "jobdesk_audit_log",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -97,15 +97,15 @@ def upgrade() -> None:
         sa.Column("subject", sa.String(length=200), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_audit_log")),
     )
-    with op.batch_alter_table("audit_log", schema=None) as batch_op:
-        batch_op.create_index("ix_audit_log_actor_at", ["actor", "at"], unique=False)
-        batch_op.create_index("ix_audit_log_at", ["at"], unique=False)
-        batch_op.create_index("ix_audit_log_job_id", ["job_id"], unique=False)
+    with op.batch_alter_table("jobdesk_audit_log", schema=None) as batch_op:
+        batch_op.create_index("ix_jobdesk_audit_log_actor_at", ["actor", "at"], unique=False)
+        batch_op.create_index("ix_jobdesk_audit_log_at", ["at"], unique=False)
+        batch_op.create_index("ix_jobdesk_audit_log_job_id", ["job_id"], unique=False)
 
     op.create_table(
-        "circuit_breakers",
+        "jobdesk_circuit_breakers",
         sa.Column("key", sa.String(length=200), nullable=False),
         sa.Column("state", sa.String(length=16), server_default="closed", nullable=False),
         sa.Column(
@@ -125,12 +125,13 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.CheckConstraint(
-            "state IN ('closed', 'open', 'half_open')", name=op.f("ck_circuit_breakers_state")
+            "state IN ('closed', 'open', 'half_open')",
+            name=op.f("ck_jobdesk_circuit_breakers_state"),
         ),
-        sa.PrimaryKeyConstraint("key", name=op.f("pk_circuit_breakers")),
+        sa.PrimaryKeyConstraint("key", name=op.f("pk_jobdesk_circuit_breakers")),
     )
     op.create_table(
-        "effects",
+        "jobdesk_effects",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -146,11 +147,11 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("detail", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_effects")),
-        sa.UniqueConstraint("key", name=op.f("uq_effects_key")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_effects")),
+        sa.UniqueConstraint("key", name=op.f("uq_jobdesk_effects_key")),
     )
     op.create_table(
-        "jobs",
+        "jobdesk_jobs",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -221,36 +222,38 @@ def upgrade() -> None:
         sa.Column("resolution_reason", sa.Text(), nullable=True),
         sa.CheckConstraint(
             "resolution IS NULL OR resolution IN ('requeued', 'fixed', 'ignored')",
-            name=op.f("ck_jobs_resolution"),
+            name=op.f("ck_jobdesk_jobs_resolution"),
         ),
         sa.CheckConstraint(
             "status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')",
-            name=op.f("ck_jobs_status"),
+            name=op.f("ck_jobdesk_jobs_status"),
         ),
         sa.CheckConstraint(
-            "attempts >= 0 AND attempts <= max_attempts", name=op.f("ck_jobs_attempts")
+            "attempts >= 0 AND attempts <= max_attempts", name=op.f("ck_jobdesk_jobs_attempts")
         ),
         sa.CheckConstraint(
             "length(job_type) BETWEEN 1 AND 100 AND length(queue) BETWEEN 1 AND 100",
-            name=op.f("ck_jobs_names"),
+            name=op.f("ck_jobdesk_jobs_names"),
         ),
-        sa.CheckConstraint("max_attempts BETWEEN 1 AND 100", name=op.f("ck_jobs_max_attempts")),
-        sa.CheckConstraint("priority BETWEEN 0 AND 9", name=op.f("ck_jobs_priority")),
         sa.CheckConstraint(
-            "timeout_seconds IS NULL OR timeout_seconds > 0", name=op.f("ck_jobs_timeout")
+            "max_attempts BETWEEN 1 AND 100", name=op.f("ck_jobdesk_jobs_max_attempts")
+        ),
+        sa.CheckConstraint("priority BETWEEN 0 AND 9", name=op.f("ck_jobdesk_jobs_priority")),
+        sa.CheckConstraint(
+            "timeout_seconds IS NULL OR timeout_seconds > 0", name=op.f("ck_jobdesk_jobs_timeout")
         ),
         sa.ForeignKeyConstraint(
             ["retried_from_id"],
-            ["jobs.id"],
-            name=op.f("fk_jobs_retried_from_id_jobs"),
+            ["jobdesk_jobs.id"],
+            name=op.f("fk_jobdesk_jobs_retried_from_id_jobdesk_jobs"),
             ondelete="SET NULL",
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_jobs")),
         sqlite_autoincrement=True,
     )
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
+    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
         batch_op.create_index(
-            "ix_jobs_active_group",
+            "ix_jobdesk_jobs_active_group",
             ["group_key", "priority", "id"],
             unique=False,
             postgresql_where=sa.text(
@@ -261,50 +264,52 @@ def upgrade() -> None:
             ),
         )
         batch_op.create_index(
-            "ix_jobs_claimable",
+            "ix_jobdesk_jobs_claimable",
             ["queue", "priority", "next_run_at", "id"],
             unique=False,
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.create_index(
-            "ix_jobs_claimable_any_queue",
+            "ix_jobdesk_jobs_claimable_any_queue",
             ["priority", "next_run_at", "id"],
             unique=False,
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.create_index(
-            "ix_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
+            "ix_jobdesk_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
         )
         batch_op.create_index(
-            "ix_jobs_dead_unresolved",
+            "ix_jobdesk_jobs_dead_unresolved",
             ["error_fingerprint", "job_type", "finished_at", "id"],
             unique=False,
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         )
-        batch_op.create_index("ix_jobs_retried_from_id", ["retried_from_id"], unique=False)
+        batch_op.create_index("ix_jobdesk_jobs_retried_from_id", ["retried_from_id"], unique=False)
         batch_op.create_index(
-            "ix_jobs_running_lease",
+            "ix_jobdesk_jobs_running_lease",
             ["lease_expires_at"],
             unique=False,
             postgresql_where=sa.text("status = 'running'"),
             sqlite_where=sa.text("status = 'running'"),
         )
-        batch_op.create_index("ix_jobs_status_finished_at", ["status", "finished_at"], unique=False)
         batch_op.create_index(
-            "ix_jobs_status_queue_job_type", ["status", "queue", "job_type"], unique=False
+            "ix_jobdesk_jobs_status_finished_at", ["status", "finished_at"], unique=False
         )
         batch_op.create_index(
-            "uq_jobs_idempotency_key",
+            "ix_jobdesk_jobs_status_queue_job_type", ["status", "queue", "job_type"], unique=False
+        )
+        batch_op.create_index(
+            "uq_jobdesk_jobs_idempotency_key",
             ["idempotency_key"],
             unique=True,
             postgresql_where=sa.text("retried_from_id IS NULL"),
             sqlite_where=sa.text("retried_from_id IS NULL"),
         )
         batch_op.create_index(
-            "uq_jobs_running_group_key",
+            "uq_jobdesk_jobs_running_group_key",
             ["group_key"],
             unique=True,
             postgresql_where=sa.text("status = 'running'"),
@@ -312,7 +317,7 @@ def upgrade() -> None:
         )
 
     op.create_table(
-        "leases",
+        "jobdesk_leases",
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("holder", sa.String(length=100), nullable=False),
         sa.Column(
@@ -324,10 +329,10 @@ def upgrade() -> None:
         sa.Column(
             "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
         ),
-        sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_leases")),
     )
     op.create_table(
-        "operators",
+        "jobdesk_operators",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -348,13 +353,13 @@ def upgrade() -> None:
             "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.CheckConstraint(
-            "role IN ('viewer', 'operator', 'admin')", name=op.f("ck_operators_role")
+            "role IN ('viewer', 'operator', 'admin')", name=op.f("ck_jobdesk_operators_role")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_operators")),
-        sa.UniqueConstraint("username", name=op.f("uq_operators_username")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_operators")),
+        sa.UniqueConstraint("username", name=op.f("uq_jobdesk_operators_username")),
     )
     op.create_table(
-        "rate_limits",
+        "jobdesk_rate_limits",
         sa.Column("key", sa.String(length=200), nullable=False),
         sa.Column("tokens", sa.Float(), nullable=False),
         sa.Column(
@@ -363,10 +368,10 @@ def upgrade() -> None:
             server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.PrimaryKeyConstraint("key", name=op.f("pk_rate_limits")),
+        sa.PrimaryKeyConstraint("key", name=op.f("pk_jobdesk_rate_limits")),
     )
     op.create_table(
-        "report_runs",
+        "jobdesk_report_runs",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -398,12 +403,12 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint(
             "status IN ('running', 'assembling', 'succeeded', 'failed', 'cancelled')",
-            name=op.f("ck_report_runs_status"),
+            name=op.f("ck_jobdesk_report_runs_status"),
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_report_runs")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_report_runs")),
     )
     op.create_table(
-        "webhook_endpoints",
+        "jobdesk_webhook_endpoints",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -437,11 +442,11 @@ def upgrade() -> None:
             server_default=jobdesk.shared.core.sqltypes.utcnow(),
             nullable=False,
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_endpoints")),
-        sa.UniqueConstraint("name", name=op.f("uq_webhook_endpoints_name")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_webhook_endpoints")),
+        sa.UniqueConstraint("name", name=op.f("uq_jobdesk_webhook_endpoints_name")),
     )
     op.create_table(
-        "workers",
+        "jobdesk_workers",
         sa.Column("id", sa.String(length=100), nullable=False),
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
@@ -463,13 +468,13 @@ def upgrade() -> None:
         ),
         sa.Column("stopping", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("clock_skew_seconds", sa.Float(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_workers")),
     )
-    with op.batch_alter_table("workers", schema=None) as batch_op:
-        batch_op.create_index("ix_workers_last_seen_at", ["last_seen_at"], unique=False)
+    with op.batch_alter_table("jobdesk_workers", schema=None) as batch_op:
+        batch_op.create_index("ix_jobdesk_workers_last_seen_at", ["last_seen_at"], unique=False)
 
     op.create_table(
-        "job_attempts",
+        "jobdesk_job_attempts",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -493,22 +498,27 @@ def upgrade() -> None:
         sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
         sa.CheckConstraint(
             "outcome IN ('succeeded', 'failed', 'timeout', 'lost', 'permanent', 'released')",
-            name=op.f("ck_job_attempts_outcome"),
+            name=op.f("ck_jobdesk_job_attempts_outcome"),
         ),
         sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_job_attempts_job_id_jobs"), ondelete="CASCADE"
+            ["job_id"],
+            ["jobdesk_jobs.id"],
+            name=op.f("fk_jobdesk_job_attempts_job_id_jobdesk_jobs"),
+            ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_attempts")),
     )
-    with op.batch_alter_table("job_attempts", schema=None) as batch_op:
+    with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
         batch_op.create_index(
-            "ix_job_attempts_error_fingerprint", ["error_fingerprint"], unique=False
+            "ix_jobdesk_job_attempts_error_fingerprint", ["error_fingerprint"], unique=False
         )
-        batch_op.create_index("ix_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False)
-        batch_op.create_index("ix_job_attempts_finished_at", ["finished_at"], unique=False)
+        batch_op.create_index(
+            "ix_jobdesk_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False
+        )
+        batch_op.create_index("ix_jobdesk_job_attempts_finished_at", ["finished_at"], unique=False)
 
     op.create_table(
-        "report_chunk_results",
+        "jobdesk_report_chunk_results",
         sa.Column("run_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("chunk_index", sa.Integer(), nullable=False),
         sa.Column("rows", sa.Integer(), nullable=False),
@@ -521,14 +531,16 @@ def upgrade() -> None:
         ),
         sa.ForeignKeyConstraint(
             ["run_id"],
-            ["report_runs.id"],
-            name=op.f("fk_report_chunk_results_run_id_report_runs"),
+            ["jobdesk_report_runs.id"],
+            name=op.f("fk_jobdesk_report_chunk_results_run_id_jobdesk_report_runs"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("run_id", "chunk_index", name=op.f("pk_report_chunk_results")),
+        sa.PrimaryKeyConstraint(
+            "run_id", "chunk_index", name=op.f("pk_jobdesk_report_chunk_results")
+        ),
     )
     op.create_table(
-        "webhook_deliveries",
+        "jobdesk_webhook_deliveries",
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -553,26 +565,28 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
             ["job_id"],
-            ["jobs.id"],
-            name=op.f("fk_webhook_deliveries_job_id_jobs"),
+            ["jobdesk_jobs.id"],
+            name=op.f("fk_jobdesk_webhook_deliveries_job_id_jobdesk_jobs"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_deliveries")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_webhook_deliveries")),
     )
-    with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
-        batch_op.create_index("ix_webhook_deliveries_endpoint_at", ["endpoint", "at"], unique=False)
-        batch_op.create_index("ix_webhook_deliveries_job_id", ["job_id"], unique=False)
+    with op.batch_alter_table("jobdesk_webhook_deliveries", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_jobdesk_webhook_deliveries_endpoint_at", ["endpoint", "at"], unique=False
+        )
+        batch_op.create_index("ix_jobdesk_webhook_deliveries_job_id", ["job_id"], unique=False)
     if postgresql:
         op.create_index(
-            "ix_jobs_last_error_trgm",
-            "jobs",
+            "ix_jobdesk_jobs_last_error_trgm",
+            "jobdesk_jobs",
             ["last_error"],
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
         )
         op.create_index(
-            "ix_job_attempts_error_trgm",
-            "job_attempts",
+            "ix_jobdesk_job_attempts_error_trgm",
+            "jobdesk_job_attempts",
             ["error"],
             postgresql_using="gin",
             postgresql_ops={"error": "gin_trgm_ops"},
@@ -581,66 +595,66 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.drop_index("ix_job_attempts_error_trgm", table_name="job_attempts")
-        op.drop_index("ix_jobs_last_error_trgm", table_name="jobs")
-    with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
-        batch_op.drop_index("ix_webhook_deliveries_job_id")
-        batch_op.drop_index("ix_webhook_deliveries_endpoint_at")
+        op.drop_index("ix_jobdesk_job_attempts_error_trgm", table_name="jobdesk_job_attempts")
+        op.drop_index("ix_jobdesk_jobs_last_error_trgm", table_name="jobdesk_jobs")
+    with op.batch_alter_table("jobdesk_webhook_deliveries", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_webhook_deliveries_job_id")
+        batch_op.drop_index("ix_jobdesk_webhook_deliveries_endpoint_at")
 
-    op.drop_table("webhook_deliveries")
-    op.drop_table("report_chunk_results")
-    with op.batch_alter_table("job_attempts", schema=None) as batch_op:
-        batch_op.drop_index("ix_job_attempts_finished_at")
-        batch_op.drop_index("ix_job_attempts_job_id_attempt")
-        batch_op.drop_index("ix_job_attempts_error_fingerprint")
+    op.drop_table("jobdesk_webhook_deliveries")
+    op.drop_table("jobdesk_report_chunk_results")
+    with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_job_attempts_finished_at")
+        batch_op.drop_index("ix_jobdesk_job_attempts_job_id_attempt")
+        batch_op.drop_index("ix_jobdesk_job_attempts_error_fingerprint")
 
-    op.drop_table("job_attempts")
-    with op.batch_alter_table("workers", schema=None) as batch_op:
-        batch_op.drop_index("ix_workers_last_seen_at")
+    op.drop_table("jobdesk_job_attempts")
+    with op.batch_alter_table("jobdesk_workers", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_workers_last_seen_at")
 
-    op.drop_table("workers")
-    op.drop_table("webhook_endpoints")
-    op.drop_table("report_runs")
-    op.drop_table("rate_limits")
-    op.drop_table("operators")
-    op.drop_table("leases")
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
+    op.drop_table("jobdesk_workers")
+    op.drop_table("jobdesk_webhook_endpoints")
+    op.drop_table("jobdesk_report_runs")
+    op.drop_table("jobdesk_rate_limits")
+    op.drop_table("jobdesk_operators")
+    op.drop_table("jobdesk_leases")
+    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
         batch_op.drop_index(
-            "uq_jobs_running_group_key",
+            "uq_jobdesk_jobs_running_group_key",
             postgresql_where=sa.text("status = 'running'"),
             sqlite_where=sa.text("status = 'running'"),
         )
         batch_op.drop_index(
-            "uq_jobs_idempotency_key",
+            "uq_jobdesk_jobs_idempotency_key",
             postgresql_where=sa.text("retried_from_id IS NULL"),
             sqlite_where=sa.text("retried_from_id IS NULL"),
         )
-        batch_op.drop_index("ix_jobs_status_queue_job_type")
-        batch_op.drop_index("ix_jobs_status_finished_at")
+        batch_op.drop_index("ix_jobdesk_jobs_status_queue_job_type")
+        batch_op.drop_index("ix_jobdesk_jobs_status_finished_at")
         batch_op.drop_index(
-            "ix_jobs_running_lease",
+            "ix_jobdesk_jobs_running_lease",
             postgresql_where=sa.text("status = 'running'"),
             sqlite_where=sa.text("status = 'running'"),
         )
-        batch_op.drop_index("ix_jobs_retried_from_id")
+        batch_op.drop_index("ix_jobdesk_jobs_retried_from_id")
         batch_op.drop_index(
-            "ix_jobs_dead_unresolved",
+            "ix_jobdesk_jobs_dead_unresolved",
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         )
-        batch_op.drop_index("ix_jobs_dead_fingerprint")
+        batch_op.drop_index("ix_jobdesk_jobs_dead_fingerprint")
         batch_op.drop_index(
-            "ix_jobs_claimable_any_queue",
+            "ix_jobdesk_jobs_claimable_any_queue",
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.drop_index(
-            "ix_jobs_claimable",
+            "ix_jobdesk_jobs_claimable",
             postgresql_where=sa.text("status IN ('failed', 'queued')"),
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.drop_index(
-            "ix_jobs_active_group",
+            "ix_jobdesk_jobs_active_group",
             postgresql_where=sa.text(
                 "group_key IS NOT NULL AND status IN ('queued', 'running', 'failed')"
             ),
@@ -649,21 +663,21 @@ def downgrade() -> None:
             ),
         )
 
-    op.drop_table("jobs")
-    op.drop_table("effects")
-    op.drop_table("circuit_breakers")
-    with op.batch_alter_table("audit_log", schema=None) as batch_op:
-        batch_op.drop_index("ix_audit_log_job_id")
-        batch_op.drop_index("ix_audit_log_at")
-        batch_op.drop_index("ix_audit_log_actor_at")
+    op.drop_table("jobdesk_jobs")
+    op.drop_table("jobdesk_effects")
+    op.drop_table("jobdesk_circuit_breakers")
+    with op.batch_alter_table("jobdesk_audit_log", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_audit_log_job_id")
+        batch_op.drop_index("ix_jobdesk_audit_log_at")
+        batch_op.drop_index("ix_jobdesk_audit_log_actor_at")
 
-    op.drop_table("audit_log")
-    with op.batch_alter_table("alerts", schema=None) as batch_op:
+    op.drop_table("jobdesk_audit_log")
+    with op.batch_alter_table("jobdesk_alerts", schema=None) as batch_op:
         batch_op.drop_index(
-            "uq_alerts_open_rule_subject",
+            "uq_jobdesk_alerts_open_rule_subject",
             postgresql_where=sa.text("status = 'open'"),
             sqlite_where=sa.text("status = 'open'"),
         )
-        batch_op.drop_index("ix_alerts_opened_at")
+        batch_op.drop_index("ix_jobdesk_alerts_opened_at")
 
-    op.drop_table("alerts")
+    op.drop_table("jobdesk_alerts")
