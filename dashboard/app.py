@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from flask import Flask, render_template
 
 from jobdesk.dashboard import templating
-from jobdesk.dashboard.proxy import ForwardedFor, trusted_proxies
+from jobdesk.dashboard.proxy import ForwardedFor
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from jobdesk.shared.core.db import make_engine
@@ -129,7 +129,7 @@ def create_app(
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
     app.after_request(apply_headers)
-    proxies = trusted_proxies(settings.extra.get("forwarded_allow_ips"))
+    proxies = settings.forwarded_allow_ips
     app.wsgi_app = ForwardedFor(app.wsgi_app, proxies)  # type: ignore[method-assign]
 
     @app.errorhandler(404)

@@ -30,7 +30,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from jobdesk.dashboard.auth import public
-from jobdesk.shared.alerts.config import RULE_TYPES
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.metrics_queries import (
@@ -43,6 +42,7 @@ from jobdesk.shared.operator.metrics_queries import (
     unresolved_dead_by_type,
 )
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings.alerts import RULE_TYPES
 
 bp = Blueprint("metrics", __name__)
 
@@ -155,7 +155,7 @@ def _engine_and_settings() -> tuple[sa.Engine, Settings]:
 @public  # not an operator page: guarded by the bearer token / loopback check below
 def metrics() -> Response:
     engine, settings = _engine_and_settings()
-    token = settings.extra.get("metrics_token", "")
+    token = settings.metrics_token
     if not token and request.remote_addr not in LOOPBACK_ADDRESSES:
         return Response(
             "metrics: set JOBDESK_METRICS_TOKEN to allow scrapes from other hosts\n",

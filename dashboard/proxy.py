@@ -31,9 +31,3 @@ class ForwardedFor:
                 environ["jobdesk.proxy_peer"] = peer
                 environ["REMOTE_ADDR"] = client
         return self.app(environ, start_response)
-
-
-def trusted_proxies(raw: str | None) -> tuple[str, ...]:
-    if raw is None:
-        return DEFAULT_TRUSTED
-    return tuple(part.strip() for part in raw.split(",") if part.strip())

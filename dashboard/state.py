@@ -13,12 +13,9 @@ from flask import current_app
 
 from jobdesk.dashboard.cache import TTLCache
 from jobdesk.dashboard.throttle import LoginThrottle
-from jobdesk.shared.settings import Settings, parse_bool, parse_seconds
+from jobdesk.shared.settings import Settings
 
 EXTENSION_KEY = "jobdesk"
-DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
-#: The overview's job counts are recomputed at most this often per process.
-DEFAULT_OVERVIEW_CACHE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,27 +42,19 @@ class DashboardState:
     overview_cache: TTLCache[Any] = field(init=False)
 
     def __post_init__(self) -> None:
-        raw = self.settings.extra.get("dashboard_overview_cache_seconds")
-        ttl = DEFAULT_OVERVIEW_CACHE_SECONDS
-        if raw is not None:
-            ttl = parse_seconds("JOBDESK_DASHBOARD_OVERVIEW_CACHE_SECONDS", raw)
-        self.overview_cache = TTLCache(ttl)
+        self.overview_cache = TTLCache(self.settings.dashboard_overview_cache_seconds)
 
     @property
     def statement_timeout(self) -> float:
-        raw = self.settings.extra.get("dashboard_statement_timeout_seconds")
-        if raw is None:
-            return DEFAULT_STATEMENT_TIMEOUT_SECONDS
-        return parse_seconds("JOBDESK_DASHBOARD_STATEMENT_TIMEOUT_SECONDS", raw) or 0.1
+        return self.settings.dashboard_statement_timeout_seconds
 
     @property
     def secure_cookies(self) -> bool:
-        raw = self.settings.extra.get("secure_cookies")
-        return parse_bool("JOBDESK_SECURE_COOKIES", raw) if raw is not None else False
+        return self.settings.secure_cookies
 
     @property
     def proxy_default_role(self) -> str | None:
-        return self.settings.extra.get("trusted_proxy_default_role") or None
+        return self.settings.trusted_proxy_default_role
 
     @property
     def worker_stale_after(self) -> timedelta:

@@ -10,15 +10,19 @@
   its address in `forwarded_allow_ips` so `X-Forwarded-Proto` marks requests secure
   (the session cookie then gets the Secure flag).
 
-Every value can be overridden with the usual `GUNICORN_CMD_ARGS` or command-line flags.
+The `JOBDESK_DASHBOARD_BIND` / `_WORKERS` / `_THREADS` and `JOBDESK_FORWARDED_ALLOW_IPS`
+settings are read (and checked) like every other Jobdesk setting. Every value can be
+overridden with the usual `GUNICORN_CMD_ARGS` or command-line flags.
 """
 
-import os
+from jobdesk.shared.settings import Settings
 
-bind = os.environ.get("JOBDESK_DASHBOARD_BIND", "127.0.0.1:8000")
+_settings = Settings.from_env()
+
+bind = _settings.dashboard_bind
 worker_class = "gthread"
-workers = int(os.environ.get("JOBDESK_DASHBOARD_WORKERS", "2"))
-threads = int(os.environ.get("JOBDESK_DASHBOARD_THREADS", "4"))
+workers = _settings.dashboard_workers
+threads = _settings.dashboard_threads
 preload_app = False
 timeout = 30
 graceful_timeout = 20
@@ -26,7 +30,7 @@ keepalive = 5
 # Request line and header limits well above what the dashboard needs, below abuse.
 limit_request_line = 8190
 limit_request_fields = 100
-forwarded_allow_ips = os.environ.get("JOBDESK_FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+forwarded_allow_ips = ",".join(_settings.forwarded_allow_ips)
 accesslog = "-"
 errorlog = "-"
 # Never log query strings with secrets: the dashboard puts none there, but keep it short.

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.settings import Settings
 
 
 def make_job(conn: sa.Connection, **fields: Any) -> int:
@@ -18,3 +20,10 @@ def make_job(conn: sa.Connection, **fields: Any) -> int:
 
 def job_row(conn: sa.Connection, job_id: int) -> sa.Row[Any]:
     return conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one()
+
+
+def env_settings(values: Mapping[str, str] | None = None, /, **more: str) -> Settings:
+    """Settings as the environment would give them: `alert_email="x"` stands for
+    `JOBDESK_ALERT_EMAIL=x` (parsed and checked like the real thing)."""
+    merged = {**(values or {}), **more}
+    return Settings.from_env({f"JOBDESK_{name.upper()}": raw for name, raw in merged.items()})

@@ -20,7 +20,7 @@ from typing import Final
 
 from jobdesk.shared.core import validation
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.settings import Settings, parse_int, parse_seconds
+from jobdesk.shared.settings import Settings
 
 DEFAULT_CONCURRENCY: Final = 10
 MAX_SLOTS: Final = 1000
@@ -123,19 +123,13 @@ class WorkerConfig:
         heartbeat = min(
             settings.heartbeat_seconds or settings.lease_seconds, settings.lease_seconds / 3
         )
-        extra = settings.extra
-        leader = (
-            parse_seconds("JOBDESK_LEADER_LEASE_SECONDS", extra["leader_lease_seconds"])
-            if "leader_lease_seconds" in extra
-            else max(settings.lease_seconds, 3 * settings.reaper_interval_seconds)
+        leader = settings.leader_lease_seconds or max(
+            settings.lease_seconds, 3 * settings.reaper_interval_seconds
         )
-        if leader < 1:
-            raise ConfigError("JOBDESK_LEADER_LEASE_SECONDS: must be at least 1 second")
         if max_stuck_threads is None:
-            raw = extra.get("max_stuck_threads")
-            max_stuck_threads = (
-                parse_int("JOBDESK_MAX_STUCK_THREADS", raw, 0) if raw is not None else max(2, total)
-            )
+            max_stuck_threads = settings.max_stuck_threads
+        if max_stuck_threads is None:
+            max_stuck_threads = max(2, total)
         return cls(
             groups=groups,
             lease_seconds=settings.lease_seconds,

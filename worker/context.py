@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.effects import find_effect, record_effect
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 
 T = TypeVar("T")
@@ -43,6 +44,9 @@ class JobContext:
     idempotency_key: str | None
     engine: sa.Engine
     worker_id: str = ""
+    settings: Settings = field(default_factory=Settings.from_env)
+    """The settings the worker runs with (the built-in types read theirs from here);
+    a context made by hand (a handler's unit test) reads the environment."""
     deadline: float | None = None
     """`time.monotonic()` value at which the attempt's hard timeout fires."""
     log: logging.LoggerAdapter[logging.Logger] = field(init=False)

@@ -27,6 +27,7 @@ from jobdesk.shared.core.claim import ClaimedJob
 from jobdesk.shared.core.db import SerializedJSON, dump_json
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.limits.rate_limits import try_acquire
+from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import JobType
@@ -145,6 +146,7 @@ class Attempt:
         "_ctx",
         "_engine",
         "_lock",
+        "_settings",
         "deadline",
         "job",
         "job_type",
@@ -154,7 +156,12 @@ class Attempt:
     )
 
     def __init__(
-        self, job: ClaimedJob, job_type: JobType, engine: sa.Engine, timeout: float
+        self,
+        job: ClaimedJob,
+        job_type: JobType,
+        engine: sa.Engine,
+        settings: Settings,
+        timeout: float,
     ) -> None:
         self.job = job
         self.job_type = job_type
@@ -163,6 +170,7 @@ class Attempt:
         self.deadline = float("inf")
         self.outcome: Outcome | None = None
         self._engine = engine
+        self._settings = settings
         self._ctx: JobContext | None = None
         self._lock = threading.Lock()
 
@@ -180,6 +188,7 @@ class Attempt:
                         max_attempts=job.max_attempts,
                         idempotency_key=job.idempotency_key,
                         engine=self._engine,
+                        settings=self._settings,
                         worker_id=job.worker_id,
                         deadline=None if self.started == 0.0 else self.deadline,
                         cancelled=CancelEvent(),
@@ -268,5 +277,7 @@ class CancelEvent(threading.Event):
             return self._flag
 
 
-def make_attempt(job: ClaimedJob, job_type: JobType, engine: sa.Engine) -> Attempt:
-    return Attempt(job, job_type, engine, timeout_for(job, job_type))
+def make_attempt(
+    job: ClaimedJob, job_type: JobType, engine: sa.Engine, settings: Settings
+) -> Attempt:
+    return Attempt(job, job_type, engine, settings, timeout_for(job, job_type))

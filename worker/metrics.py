@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from jobdesk.shared.settings import Settings, SettingsError, parse_int
+from jobdesk.shared.settings import Settings
 
 DEFAULT_HOST = "127.0.0.1"
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -96,11 +96,6 @@ def start_metrics_server(
 
 def metrics_address(settings: Settings) -> tuple[str, int] | None:
     """(host, port) from `JOBDESK_WORKER_METRICS_PORT` / `_HOST`; None when no port is set."""
-    raw = settings.extra.get("worker_metrics_port", "").strip()
-    if not raw:
+    if settings.worker_metrics_port is None:
         return None
-    port = parse_int("JOBDESK_WORKER_METRICS_PORT", raw, minimum=0)
-    if port > 65535:
-        raise SettingsError(f"JOBDESK_WORKER_METRICS_PORT: must be <= 65535, got {port}")
-    host = settings.extra.get("worker_metrics_host", "").strip() or DEFAULT_HOST
-    return host, port
+    return settings.worker_metrics_host or DEFAULT_HOST, settings.worker_metrics_port

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobdesk.shared.core import validation
 from jobdesk.shared.core.job_types import TypeDefaults, defaults_for, register_defaults
 from jobdesk.shared.core.retry import Backoff, ExponentialBackoff, RetryPolicy
+from jobdesk.shared.settings import Rate, SettingsError
 
 if TYPE_CHECKING:
     from jobdesk.worker.context import JobContext
@@ -38,14 +39,14 @@ class RateLimit:
     @classmethod
     def parse(cls, key: str, spec: str) -> RateLimit:
         """`"10/s"`, `"600/m"`, `"5/1.5s"` → RateLimit."""
-        units = {"s": 1.0, "m": 60.0, "h": 3600.0}
         try:
-            count, _, period = spec.partition("/")
-            unit = period[-1]
-            amount = float(period[:-1] or 1)
-            return cls(key, float(count), amount * units[unit])
-        except (ValueError, KeyError, IndexError):
-            raise ValueError(f"rate limit {spec!r}: expected N/s, N/m or N/h") from None
+            return cls.of(key, Rate.parse(spec))
+        except SettingsError as exc:
+            raise ValueError(f"rate limit {exc}") from None
+
+    @classmethod
+    def of(cls, key: str, rate: Rate) -> RateLimit:
+        return cls(key, rate.count, rate.per_seconds)
 
 
 @dataclass(frozen=True)

@@ -404,7 +404,7 @@ class Runner:
         for job in claimed:
             job_type = get_type(job.job_type)
             assert job_type is not None  # claim only takes registered types
-            attempts.append(make_attempt(job, job_type, engine))
+            attempts.append(make_attempt(job, job_type, engine, self.settings))
         with self._held_lock:
             for attempt in attempts:
                 self._held[attempt.job.id] = attempt

@@ -146,7 +146,7 @@ def drain(
         for job in claimed:
             job_type = reg.get(job.job_type)
             assert job_type is not None  # claim only takes registered types
-            outcomes.append(run_with_timeout(make_attempt(job, job_type, engine), clock))
+            outcomes.append(run_with_timeout(make_attempt(job, job_type, engine, settings), clock))
         _settle(engine, outcomes, clock, reg, result=result)
         snoozed_here.update(o.job.id for o in outcomes if o.kind is Kind.SNOOZED)
     return result

@@ -113,8 +113,8 @@ def list_command(
 @user_errors
 def rules_command(as_json: bool) -> None:
     """Show every alert rule with its current thresholds and their variables."""
-    from jobdesk.shared.alerts.config import AlertConfig, describe
     from jobdesk.shared.settings import Settings
+    from jobdesk.shared.settings.alerts import AlertConfig, describe
 
     config = AlertConfig.from_settings(Settings.from_env())
     rows = describe(config)

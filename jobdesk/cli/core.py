@@ -28,6 +28,27 @@ def migrate(ctx: click.Context) -> None:
         click.echo(f"schema upgraded {before or 'empty'} -> {after}")
 
 
+@cli.command("settings")
+@click.option("--markdown", is_flag=True, help="Print the reference tables (as in the README).")
+@click.option("--json", "as_json", is_flag=True, help="Print name, value and meaning as JSON.")
+@user_errors
+def settings_command(markdown: bool, as_json: bool) -> None:
+    """Every JOBDESK_* setting with the value this environment gives it (secrets masked);
+    an unknown or malformed JOBDESK_* variable is an error."""
+    from jobdesk.shared.settings import Settings, settings_reference, settings_rows
+
+    if markdown:
+        click.echo(settings_reference(), nl=False)
+        return
+    rows = settings_rows(Settings.from_env())
+    if as_json:
+        echo_json(rows)
+        return
+    width = max(len(row["name"]) for row in rows)
+    for row in rows:
+        click.echo(f"{row['name']:<{width}}  {row['value']}")
+
+
 def _parse_payload(raw: str) -> Any:
     try:
         return json.loads(raw, parse_constant=_refuse_constant)

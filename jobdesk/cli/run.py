@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 @cli.command("worker")
 @click.option(
     "--queues",
-    envvar="JOBDESK_QUEUES",
     metavar="SPEC",
     help="Queues to work and their slots: 'email,webhooks' share --concurrency slots; "
     "'email=4,reports=1' gives each queue its own slots so urgent queues never wait "
@@ -32,11 +31,8 @@ if TYPE_CHECKING:
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 1000),
-    envvar="JOBDESK_CONCURRENCY",
-    default=10,
-    show_default=True,
     help="Handlers running at once in this process (for queues listed without '=N'). "
-    "(env JOBDESK_CONCURRENCY)",
+    "(env JOBDESK_CONCURRENCY, default 10)",
 )
 @click.option(
     "--jobs",
@@ -77,16 +73,12 @@ if TYPE_CHECKING:
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
-    envvar="JOBDESK_LOG_LEVEL",
-    default="info",
-    show_default=True,
     help="'debug' adds one line per succeeded job (other outcomes are logged at info). "
-    "(env JOBDESK_LOG_LEVEL)",
+    "(env JOBDESK_LOG_LEVEL, default info)",
 )
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    envvar="JOBDESK_WORKER_METRICS_PORT",
     metavar="PORT",
     help="Serve this process's Prometheus metrics (jobs finished by type and outcome, "
     "attempt durations) on this port; 0 picks a free one. Bound to "
@@ -98,13 +90,13 @@ if TYPE_CHECKING:
 def worker(
     ctx: click.Context,
     queues: str | None,
-    concurrency: int,
+    concurrency: int | None,
     job_modules: tuple[str, ...],
     shutdown_timeout: float | None,
     poll_interval: float | None,
     lease: float | None,
     log_format: str | None,
-    log_level: str,
+    log_level: str | None,
     metrics_port: int | None,
 ) -> None:
     """Run jobs: claim due jobs of the registered types, run them with timeouts and
@@ -123,23 +115,26 @@ def worker(
     from jobdesk.worker.registry import JobModuleError, load_modules, registry
     from jobdesk.worker.runner import Runner
 
-    settings = Settings.from_env()
-    overrides: dict[str, object] = {}
-    if shutdown_timeout is not None:
-        overrides["shutdown_timeout_seconds"] = shutdown_timeout
-    if poll_interval is not None:
-        overrides["poll_interval_seconds"] = poll_interval
-    if lease is not None:
-        overrides["lease_seconds"] = lease
-    if log_format is not None:
-        overrides["log_format"] = log_format
+    options = {
+        "queues": queues,
+        "concurrency": concurrency,
+        "shutdown_timeout_seconds": shutdown_timeout,
+        "poll_interval_seconds": poll_interval,
+        "lease_seconds": lease,
+        "log_format": log_format,
+        "log_level": log_level,
+        "worker_metrics_port": metrics_port,
+    }
+    overrides: dict[str, object] = {k: v for k, v in options.items() if v is not None}
     modules = [m.strip() for raw in job_modules for m in raw.split(",") if m.strip()]
     if modules:
         overrides["job_modules"] = tuple(modules)
-    settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
-    logs.configure(settings.log_format, log_level)
+    settings = dataclasses.replace(Settings.from_env(), **overrides)  # type: ignore[arg-type]
+    logs.configure(settings.log_format, settings.log_level)
     try:
-        config = WorkerConfig.build(settings, queues=queues, concurrency=concurrency)
+        config = WorkerConfig.build(
+            settings, queues=settings.queues, concurrency=settings.concurrency
+        )
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     if os.getcwd() not in sys.path:
@@ -166,7 +161,7 @@ def worker(
             "database may wait for one",
             err=True,
         )
-    with _metrics(settings, metrics_port) as record_outcome:
+    with _metrics(settings) as record_outcome:
         runner = Runner(
             engine,
             registry=registry,
@@ -183,19 +178,12 @@ def worker(
 
 
 @contextlib.contextmanager
-def _metrics(settings: Settings, port: int | None) -> Iterator[RecordOutcome | None]:
+def _metrics(settings: Settings) -> Iterator[RecordOutcome | None]:
     """Serve metrics while the worker runs, when a port is configured; yields the
     completer's hook (None: metrics off, nothing is recorded)."""
-    from jobdesk.worker.metrics import (
-        DEFAULT_HOST,
-        metrics_address,
-        record_outcome,
-        start_metrics_server,
-    )
+    from jobdesk.worker.metrics import metrics_address, record_outcome, start_metrics_server
 
-    address = metrics_address(settings)  # validates the environment variables
-    if port is not None:
-        address = (settings.extra.get("worker_metrics_host", "").strip() or DEFAULT_HOST, port)
+    address = metrics_address(settings)
     if address is None:
         yield None
         return

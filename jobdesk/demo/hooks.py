@@ -114,5 +114,5 @@ def install(settings: Settings | None = None, target: Registry = registry) -> No
     set_recipient_resolver(find_recipient)
     set_data_resolver(user_data)
     register_report(story.SIGNUPS_REPORT)
-    raw = settings.extra.get("demo_webhook_backoff", DEFAULT_DEMO_BACKOFF)
+    raw = settings.demo_webhook_backoff
     shorten_backoff("webhook.deliver", parse_backoff(raw), target)

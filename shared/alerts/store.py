@@ -35,7 +35,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.alerts import config as rules
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.enqueue import enqueue
@@ -45,6 +44,7 @@ from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.shared.limits.models import circuit_breakers
 from jobdesk.shared.operator.metrics_queries import due_backlog, live_after, live_workers
 from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.settings import alerts as rules
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
 log = logging.getLogger("jobdesk.alerts")

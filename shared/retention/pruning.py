@@ -1,6 +1,7 @@
 """Retention: what the pruner may delete, and the batched deletes that do it.
 
-Policy (each configurable with `JOBDESK_RETENTION_<NAME>`; `never`/`off` disables):
+Policy (`RetentionPolicy`, each configurable with `JOBDESK_RETENTION_<NAME>`;
+`never`/`off` disables):
 
 | what                                   | default  | variable                           |
 |----------------------------------------|----------|------------------------------------|
@@ -22,8 +23,7 @@ backlog never becomes one giant DELETE.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,68 +34,7 @@ from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.reports.models import report_runs
-from jobdesk.shared.settings import Settings, SettingsError, parse_bool, parse_int, parse_seconds
-
-_NEVER = {"never", "off", "none", "disabled"}
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """How long finished things are kept; None = forever."""
-
-    succeeded_days: float | None = 7.0
-    cancelled_days: float | None = 30.0
-    resolved_dead_days: float | None = 90.0
-    reports: bool = True
-    alerts_days: float | None = None
-    audit_days: float | None = None
-    batch_size: int = 1000
-    #: Per category and run; the rest waits for the next run so one run stays bounded.
-    max_batches: int = 200
-    interval_seconds: float = 3600.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RetentionPolicy:
-        return parse_retention(settings.extra)
-
-
-def parse_retention(extra: Mapping[str, str]) -> RetentionPolicy:
-    """Read `retention_*` keys of `Settings.extra`; unknown ones are an error."""
-    known = {f.name for f in fields(RetentionPolicy)}
-    values: dict[str, Any] = {}
-    for key, raw in extra.items():
-        if not key.startswith("retention_"):
-            continue
-        name = key[len("retention_") :]
-        env = f"JOBDESK_{key.upper()}"
-        if name not in known:
-            raise SettingsError(
-                f"{env}: unknown retention setting; known: "
-                + ", ".join(f"JOBDESK_RETENTION_{k.upper()}" for k in sorted(known))
-            )
-        values[name] = _parse_value(env, name, raw)
-    return replace(RetentionPolicy(), **values)
-
-
-def _parse_value(env: str, name: str, raw: str) -> Any:
-    if name == "reports":
-        return parse_bool(env, raw)
-    if name in ("batch_size", "max_batches"):
-        return parse_int(env, raw, minimum=1)
-    if name == "interval_seconds":
-        value = parse_seconds(env, raw)
-        if value <= 0:
-            raise SettingsError(f"{env}: must be > 0, got {raw!r}")
-        return value
-    if raw.strip().lower() in _NEVER:
-        return None
-    try:
-        days = float(raw)
-    except ValueError:
-        raise SettingsError(f"{env}: expected a number of days or 'never', got {raw!r}") from None
-    if not days > 0 or days == float("inf"):
-        raise SettingsError(f"{env}: expected a number of days > 0 or 'never', got {raw!r}")
-    return days
+from jobdesk.shared.settings.retention import RetentionPolicy
 
 
 def cutoff(now: datetime, days: float) -> datetime:

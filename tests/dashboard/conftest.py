@@ -29,8 +29,9 @@ _META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 @pytest.fixture
 def settings(db_url: str) -> Settings:
     # Counts are cached for a few seconds in production; tests change data between requests.
-    extra = {"dashboard_overview_cache_seconds": "0"}
-    return replace(Settings(), database_url=db_url, secret_key=SECRET, extra=extra)
+    return replace(
+        Settings(), database_url=db_url, secret_key=SECRET, dashboard_overview_cache_seconds=0
+    )
 
 
 @pytest.fixture

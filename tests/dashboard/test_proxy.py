@@ -5,11 +5,11 @@ import secrets
 import sqlalchemy as sa
 
 from jobdesk.dashboard import create_app
-from jobdesk.shared.settings import Settings
+from tests.factories import env_settings
 
 
 def _client(engine: sa.Engine, **extra: str):  # type: ignore[no-untyped-def]
-    settings = Settings(secret_key=secrets.token_urlsafe(48), extra=extra)
+    settings = env_settings(extra, secret_key=secrets.token_urlsafe(48))
     return create_app(settings, engine).test_client()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import ClaimedJob
+from jobdesk.shared.settings import Settings
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.executor import Attempt, CancelEvent, Kind, make_attempt
 from jobdesk.worker.registry import Registry, job
@@ -29,7 +30,7 @@ def attempt(timeout: float | None = None) -> Attempt:
     job_type = registry.get("t.unit")
     assert job_type is not None
     claimed = ClaimedJob(7, "t.unit", "default", {}, 2, 5, 5, "k", None, timeout, 1, NOW, NOW, "w")
-    return make_attempt(claimed, job_type, ENGINE)
+    return make_attempt(claimed, job_type, ENGINE, Settings())
 
 
 def test_cancel_event_wait_set_clear() -> None:

@@ -189,7 +189,7 @@ def _record_outcome(
 @job("email.send", backoff=EMAIL_BACKOFF)
 def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Send one templated email, at most once per dedup key."""
-    cfg = jobs_config()
+    cfg = jobs_config(ctx.settings)
     template_name = _text_field(payload, "template", required=True)
     assert template_name is not None
     event_id = _text_field(payload, "event_id", required=False)

@@ -61,7 +61,7 @@ def generate_report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         not isinstance(requested_by, str) or len(requested_by) > MAX_REQUESTED_BY
     ):
         raise PermanentError(f"payload.requested_by must be a string of <= {MAX_REQUESTED_BY}")
-    cfg = jobs_config()
+    cfg = jobs_config(ctx.settings)
     with ctx.engine.begin() as conn:
         existing = reports.find_run_for_job(conn, ctx.job_id)
         if existing is not None:
@@ -164,7 +164,7 @@ def _run_chunk(ctx: JobContext, run_id: int, index: int, after: int, upto: int) 
 
 def assemble(ctx: JobContext, run_id: int, definition: ReportDefinition) -> dict[str, Any]:
     """Merge the stored chunk results into the CSV and mark the run succeeded."""
-    cfg = jobs_config()
+    cfg = jobs_config(ctx.settings)
     totals: dict[tuple[Any, ...], int] = {}
     with ctx.engine.connect() as conn:
         for _index, data in reports.iter_chunk_results(conn, run_id):

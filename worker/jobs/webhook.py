@@ -207,7 +207,7 @@ def _vet(delivery: Delivery) -> VettedTarget:
 @job("webhook.deliver", backoff=WEBHOOK_SCHEDULE)
 def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Deliver one event to one endpoint, at most once per webhook-id as far as we know."""
-    cfg = jobs_config()
+    cfg = jobs_config(ctx.settings)
     name = _text(payload, "endpoint")
     event = _text(payload, "event")
     with ctx.engine.connect() as conn:

@@ -21,8 +21,9 @@ import sqlalchemy as sa
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.retention import pruning as retention
-from jobdesk.shared.retention.pruning import Batch, RetentionPolicy
+from jobdesk.shared.retention.pruning import Batch
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings.retention import RetentionPolicy
 
 log = logging.getLogger("jobdesk.maintenance.pruner")
 

@@ -9,22 +9,15 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from jobdesk.shared.core.worker_registry import prune_stale_workers
-from jobdesk.shared.settings import Settings, parse_seconds
+from jobdesk.shared.settings import Settings
 
 log = logging.getLogger("jobdesk.maintenance.worker_pruner")
 
-DEFAULT_PRUNE_AFTER_SECONDS = 3600.0
 INTERVAL_SECONDS = 60.0
 
 
 def prune_after(settings: Settings) -> timedelta:
-    raw = settings.extra.get("worker_prune_after_seconds")
-    seconds = (
-        DEFAULT_PRUNE_AFTER_SECONDS
-        if raw is None
-        else parse_seconds("JOBDESK_WORKER_PRUNE_AFTER_SECONDS", raw)
-    )
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=settings.worker_prune_after_seconds)
 
 
 def interval_seconds(settings: Settings) -> float:

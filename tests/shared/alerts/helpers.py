@@ -7,13 +7,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts.config import AlertConfig, parse_alert_config
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.models import workers
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.limits.models import circuit_breakers
+from jobdesk.shared.settings.alerts import AlertConfig
 from jobdesk.shared.webhooks.models import webhook_endpoints
-from tests.factories import make_job
+from tests.factories import env_settings, make_job
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -23,7 +23,7 @@ def ago(**delta: float) -> datetime:
 
 
 def config(**extra: str) -> AlertConfig:
-    return parse_alert_config(extra, heartbeat_seconds=10.0)
+    return AlertConfig.from_settings(env_settings(extra))
 
 
 def dead_jobs(

@@ -101,4 +101,4 @@ def test_alerts_rules_lists_thresholds_and_variables(
     monkeypatch.setenv("JOBDESK_ALERT_QUEUE_STALLED_MAX_AGE", "30")
     result = CliRunner().invoke(cli, ["alerts", "rules"])
     assert result.exit_code == 1
-    assert "unknown parameter 'max_age'" in result.output
+    assert "did you mean JOBDESK_ALERT_QUEUE_STALLED_MAX_AGE_SECONDS?" in result.output

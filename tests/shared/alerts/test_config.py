@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobdesk.shared.alerts.config import AlertConfig, describe, parse_alert_config
 from jobdesk.shared.settings import Settings, SettingsError
+from jobdesk.shared.settings.alerts import AlertConfig, describe
+from tests.factories import env_settings
 
 
 def test_defaults_and_overrides_from_the_environment() -> None:
@@ -30,11 +31,22 @@ def test_defaults_and_overrides_from_the_environment() -> None:
     assert config.heartbeat_seconds == 2
 
 
+MIN_COUNT = "JOBDESK_ALERT_DEAD_LETTER_SPIKE_MIN_COUNT"
+
+
 @pytest.mark.parametrize(
     ("key", "raw", "message"),
     [
-        ("alert_dead_letter_spike_mincount", "3", "unknown parameter 'mincount'"),
-        ("alert_dead_leter_spike_min_count", "3", "unknown alert setting"),
+        (
+            "alert_dead_letter_spike_mincount",
+            "3",
+            "did you mean JOBDESK_ALERT_DEAD_LETTER_SPIKE_MIN_COUNT",
+        ),
+        (
+            "alert_dead_leter_spike_min_count",
+            "3",
+            "did you mean JOBDESK_ALERT_DEAD_LETTER_SPIKE_MIN_COUNT",
+        ),
         ("alert_queue_stalled_max_age_seconds", "ten", "expected a number"),
         ("alert_queue_stalled_max_age_seconds", "-1", ">= 0"),
         ("alert_repeated_error_window_minutes", "0", "must be > 0"),
@@ -45,7 +57,7 @@ def test_defaults_and_overrides_from_the_environment() -> None:
 )
 def test_bad_values_name_the_variable(key: str, raw: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message) as info:
-        parse_alert_config({key: raw})
+        env_settings({key: raw})
     assert f"JOBDESK_{key.upper()}" in str(info.value)
 
 

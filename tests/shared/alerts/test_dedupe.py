@@ -7,13 +7,14 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts import config as rules
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.alerts.store import notify_key
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import alerts as rules
 from jobdesk.worker.maintenance.alerter import AlertRunResult, run_once
+from tests.factories import env_settings
 from tests.shared.alerts.helpers import NOW, add_endpoint, ago, alert_rows, dead_jobs
 
 CHANNELS = {"alert_email": "oncall@example.com", "alert_webhook_endpoint": "oncall"}
@@ -36,7 +37,7 @@ def seed_spike(engine: sa.Engine) -> None:
 
 def test_running_twice_opens_one_alert_and_notifies_once(engine: sa.Engine) -> None:
     seed_spike(engine)
-    settings = Settings(extra=CHANNELS)
+    settings = env_settings(CHANNELS)
     first = run_once(engine, NOW, settings)
     second = run_once(engine, NOW + timedelta(minutes=1), settings)
     assert first.opened == 1
@@ -80,7 +81,7 @@ def test_two_leaders_racing_open_one_alert_and_one_notification(db_url: str) -> 
     engines = [make_engine(db_url, settings=Settings()) for _ in range(2)]
     try:
         seed_spike(engines[0])
-        settings = Settings(extra=CHANNELS)
+        settings = env_settings(CHANNELS)
         for round_ in range(3):
             results = race(engines, NOW + timedelta(seconds=round_), settings)
             assert sum(r.opened for r in results) == (1 if round_ == 0 else 0)
@@ -102,7 +103,7 @@ def test_flapping_within_cooldown_reopens_without_notifying(engine: sa.Engine) -
         conn.execute(
             sa.insert(jobs).values(job_type="t", queue="slow", next_run_at=ago(minutes=11))
         )
-    settings = Settings(extra={**CHANNELS, "alert_no_consumer_enabled": "no"})
+    settings = env_settings({**CHANNELS, "alert_no_consumer_enabled": "no"})
     assert run_once(engine, NOW, settings).opened == 1
     with engine.begin() as conn:
         conn.execute(sa.update(jobs).where(jobs.c.queue == "slow").values(status="succeeded"))
@@ -160,7 +161,7 @@ def test_notify_key_taken_in_the_same_slot_suppresses_the_notification(
                 notify_key=key,
             )
         )
-    result = run_once(engine, NOW, Settings(extra=CHANNELS))
+    result = run_once(engine, NOW, env_settings(CHANNELS))
     assert result.opened == 1
     assert result.rules[rules.DEAD_LETTER_SPIKE].suppressed
     assert result.notification_jobs == []

@@ -8,12 +8,13 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts import config as rules
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import alerts as rules
 from jobdesk.worker.jobs.config import BUILTIN_TEMPLATES
 from jobdesk.worker.jobs.email_templates import load_template, render
 from jobdesk.worker.maintenance.alerter import run_once
+from tests.factories import env_settings
 from tests.shared.alerts.helpers import NOW, add_breaker, add_endpoint, ago, alert_rows, dead_jobs
 from tests.shared.alerts.test_dedupe import CHANNELS, notification_jobs
 
@@ -22,7 +23,7 @@ def test_email_and_webhook_jobs_carry_the_alert(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         add_endpoint(conn, "oncall")
         dead_jobs(conn, 6, endpoint="crm", fingerprint=None)
-    result = run_once(engine, NOW, Settings(extra=CHANNELS))
+    result = run_once(engine, NOW, env_settings(CHANNELS))
     with engine.connect() as conn:
         (alert,) = alert_rows(conn)
         email, hook = notification_jobs(conn)
@@ -47,7 +48,7 @@ def test_resolution_is_delivered_once(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         add_endpoint(conn, "oncall")
         add_breaker(conn, "webhook:crm", state="open", opened=ago(hours=1))
-    settings = Settings(extra=CHANNELS)
+    settings = env_settings(CHANNELS)
     run_once(engine, NOW, settings)
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE jobdesk_circuit_breakers SET state = 'closed'"))
@@ -69,7 +70,7 @@ def test_no_loop_when_the_alert_webhook_itself_is_down(
         dead_jobs(conn, 6, endpoint="oncall", error="ConnectError: refused", fingerprint="fp")
         dead_jobs(conn, 4, endpoint="oncall", error="ConnectError: refused", fingerprint="fp")
         add_breaker(conn, "webhook:oncall", state="open", opened=ago(hours=1))
-    settings = Settings(extra=CHANNELS)
+    settings = env_settings(CHANNELS)
     with caplog.at_level(logging.WARNING, logger="jobdesk.alerts"):
         for minute in range(5):
             run_once(engine, NOW + timedelta(minutes=minute), settings)
@@ -98,7 +99,7 @@ def test_email_alerts_about_email_go_to_the_webhook_only(engine: sa.Engine) -> N
         add_endpoint(conn, "oncall")
         dead_jobs(conn, 5, job_type="email.send", endpoint=None, fingerprint=None)
         add_breaker(conn, "smtp:default", state="open", opened=ago(hours=1))
-    run_once(engine, NOW, Settings(extra=CHANNELS))
+    run_once(engine, NOW, env_settings(CHANNELS))
     with engine.connect() as conn:
         sent = notification_jobs(conn)
     assert [j.job_type for j in sent] == ["webhook.deliver", "webhook.deliver"]
@@ -110,7 +111,7 @@ def test_unknown_alert_endpoint_is_logged_not_enqueued(
     with engine.begin() as conn:
         dead_jobs(conn, 6, endpoint="crm", fingerprint=None)
     with caplog.at_level(logging.ERROR, logger="jobdesk.alerts"):
-        result = run_once(engine, NOW, Settings(extra={"alert_webhook_endpoint": "nowhere"}))
+        result = run_once(engine, NOW, env_settings({"alert_webhook_endpoint": "nowhere"}))
     assert result.opened == 1
     assert result.notification_jobs == []
     assert "'nowhere' is not configured" in caplog.text

@@ -15,14 +15,14 @@ from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.settings import Settings
-from tests.factories import make_job
+from tests.factories import env_settings, make_job
 from tests.shared.alerts.helpers import add_breaker, add_worker, dead_jobs
 
 
 def app_for(engine: sa.Engine, **extra: str) -> Flask:
     app = Flask(__name__)
     app.register_blueprint(metrics.bp)
-    metrics.init_metrics(app, engine, Settings(extra=extra))
+    metrics.init_metrics(app, engine, env_settings(extra))
     return app
 
 

@@ -11,11 +11,11 @@ from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.reports.models import report_runs
-from jobdesk.shared.retention.pruning import RetentionPolicy, parse_retention
 from jobdesk.shared.settings import Settings, SettingsError
+from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.webhooks.models import webhook_deliveries
 from jobdesk.worker.maintenance.pruner import run_once
-from tests.factories import make_job
+from tests.factories import env_settings, make_job
 from tests.shared.alerts.helpers import NOW, ago
 
 
@@ -85,7 +85,7 @@ def test_prunes_by_policy_in_batches_and_keeps_unresolved_dead_letters(
             )
         )
 
-    result = run_once(engine, NOW, Settings(extra={"retention_batch_size": "10"}))
+    result = run_once(engine, NOW, env_settings({"retention_batch_size": "10"}))
 
     assert result.deleted == {
         "succeeded_jobs": 25,
@@ -110,14 +110,14 @@ def test_prunes_by_policy_in_batches_and_keeps_unresolved_dead_letters(
         assert conn.execute(sa.select(sa.func.count()).select_from(audit_log)).scalar() == 1
         assert conn.execute(sa.select(sa.func.count()).select_from(report_runs)).scalar() == 1
 
-    again = run_once(engine, NOW, Settings(extra={"retention_batch_size": "10"}))
+    again = run_once(engine, NOW, env_settings({"retention_batch_size": "10"}))
     assert again.total == 0
 
 
 def test_max_batches_bounds_one_run(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         finished(conn, JobStatus.SUCCEEDED, 10, 7)
-    settings = Settings(extra={"retention_batch_size": "2", "retention_max_batches": "2"})
+    settings = env_settings({"retention_batch_size": "2", "retention_max_batches": "2"})
     first = run_once(engine, NOW, settings)
     assert first.deleted == {"succeeded_jobs": 4}
     assert first.unfinished == ["succeeded_jobs"]
@@ -131,14 +131,14 @@ def test_audit_and_alert_retention_only_when_configured(engine: sa.Engine) -> No
         conn.execute(sa.insert(audit_log).values(at=ago(days=400), actor="ana", action="x"))
         conn.execute(sa.insert(audit_log).values(at=ago(days=10), actor="ana", action="y"))
     assert run_once(engine, NOW, Settings()).total == 0
-    result = run_once(engine, NOW, Settings(extra={"retention_audit_days": "365"}))
+    result = run_once(engine, NOW, env_settings({"retention_audit_days": "365"}))
     assert result.deleted == {"audit_entries": 1}
 
 
 def test_policies_can_be_switched_off(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         finished(conn, JobStatus.SUCCEEDED, 100, 2)
-    result = run_once(engine, NOW, Settings(extra={"retention_succeeded_days": "never"}))
+    result = run_once(engine, NOW, env_settings({"retention_succeeded_days": "never"}))
     assert result.total == 0
 
 
@@ -148,12 +148,12 @@ def test_policies_can_be_switched_off(engine: sa.Engine) -> None:
         ("retention_succeeded_days", "soon", "expected a number of days or 'never'"),
         ("retention_succeeded_days", "0", "> 0"),
         ("retention_batch_size", "0", "must be >= 1"),
-        ("retention_sucseeded_days", "3", "unknown retention setting"),
+        ("retention_sucseeded_days", "3", "did you mean JOBDESK_RETENTION_SUCCEEDED_DAYS"),
     ],
 )
 def test_bad_retention_settings_name_the_variable(key: str, raw: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message) as info:
-        parse_retention({key: raw})
+        env_settings({key: raw})
     assert f"JOBDESK_{key.upper()}" in str(info.value)
 
 

@@ -6,14 +6,13 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts import config as rules
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.limits.models import circuit_breakers
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import alerts as rules
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from jobdesk.worker.maintenance.alerter import AlertRunResult, run_once
-from tests.factories import make_job
+from tests.factories import env_settings, make_job
 from tests.shared.alerts.helpers import (
     NOW,
     add_breaker,
@@ -26,7 +25,7 @@ from tests.shared.alerts.helpers import (
 
 
 def check(engine: sa.Engine, now=NOW, **extra: str) -> AlertRunResult:  # type: ignore[no-untyped-def]
-    return run_once(engine, now, Settings(extra=extra))
+    return run_once(engine, now, env_settings(extra))
 
 
 def open_subjects(engine: sa.Engine, rule: str) -> list[str]:

@@ -9,20 +9,20 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from jobdesk import enqueue
-from jobdesk.shared.alerts import config as rules
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import alerts as rules
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from jobdesk.worker.maintenance.alerter import run_once
 from jobdesk.worker.testing import drain
+from tests.factories import env_settings
 from tests.shared.alerts.helpers import alert_rows
 from tests.worker.jobs.conftest import add_test_endpoint
 from tests.worker.jobs.receiver import Receiver
 from tests.worker.jobs.smtp_server import SmtpSink
 
-SETTINGS = Settings(
-    extra={
+SETTINGS = env_settings(
+    {
         "alert_email": "oncall@example.com",
         "alert_webhook_endpoint": "oncall",
         "alert_repeated_error_min_jobs": "5",

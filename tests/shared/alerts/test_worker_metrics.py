@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.worker.metrics import WorkerMetrics, metrics_address, start_metrics_server
+from tests.factories import env_settings
 
 
 def test_outcomes_are_counted_and_served_over_http() -> None:
@@ -40,10 +41,10 @@ def test_outcomes_are_counted_and_served_over_http() -> None:
 
 def test_metrics_address_from_settings() -> None:
     assert metrics_address(Settings()) is None
-    assert metrics_address(Settings(extra={"worker_metrics_port": "9109"})) == ("127.0.0.1", 9109)
-    both = Settings(extra={"worker_metrics_port": "9109", "worker_metrics_host": "0.0.0.0"})
+    assert metrics_address(env_settings({"worker_metrics_port": "9109"})) == ("127.0.0.1", 9109)
+    both = env_settings({"worker_metrics_port": "9109", "worker_metrics_host": "0.0.0.0"})
     assert metrics_address(both) == ("0.0.0.0", 9109)
     with pytest.raises(SettingsError, match="JOBDESK_WORKER_METRICS_PORT"):
-        metrics_address(Settings(extra={"worker_metrics_port": "http"}))
+        env_settings({"worker_metrics_port": "http"})
     with pytest.raises(SettingsError, match="<= 65535"):
-        metrics_address(Settings(extra={"worker_metrics_port": "70000"}))
+        env_settings({"worker_metrics_port": "70000"})

@@ -1,0 +1,104 @@
+"""How one `JOBDESK_*` value is read: booleans, numbers, seconds, lists, rates, days.
+
+Every parser takes the variable's name so its error says which variable is wrong and
+what it expected; none of them accepts NaN or infinity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "NEVER",
+    "Rate",
+    "SettingsError",
+    "parse_bool",
+    "parse_int",
+    "parse_list",
+    "parse_number",
+    "parse_seconds",
+]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+#: Words that switch a "days" setting off (keep forever).
+NEVER = frozenset({"never", "off", "none", "disabled"})
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class SettingsError(ValueError):
+    """A `JOBDESK_*` variable is unknown or holds a value that cannot be used."""
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name}: expected one of 1/true/yes/on or 0/false/no/off, got {raw!r}")
+
+
+def parse_number(name: str, raw: str, *, what: str = "a number") -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: expected {what}, got {raw!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise SettingsError(f"{name}: expected a finite number >= 0, got {raw!r}")
+    return value
+
+
+def parse_seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: expected a number of seconds, got {raw!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise SettingsError(f"{name}: expected a finite number of seconds >= 0, got {raw!r}")
+    return value
+
+
+def parse_int(name: str, raw: str, minimum: int = 0) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}: expected a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """`count` events per `per_seconds`: written `10/s`, `600/m`, `5/1.5s`, `100/h`."""
+
+    count: float
+    per_seconds: float = 1.0
+
+    @classmethod
+    def parse(cls, spec: str, name: str = "rate") -> Rate:
+        count_text, _, period = spec.strip().partition("/")
+        try:
+            unit = period[-1]
+            amount = float(period[:-1] or 1)
+            count = float(count_text)
+            seconds = amount * _RATE_UNITS[unit]
+        except (ValueError, KeyError, IndexError):
+            raise SettingsError(
+                f"{name}: expected N/s, N/m or N/h (e.g. 10/s), got {spec!r}"
+            ) from None
+        if not (count > 0 and seconds > 0) or math.isinf(count) or math.isinf(seconds):
+            raise SettingsError(f"{name}: the rate must be a finite number > 0, got {spec!r}")
+        return cls(count, seconds)
+
+    def __str__(self) -> str:
+        for unit, seconds in _RATE_UNITS.items():
+            if self.per_seconds == seconds:
+                return f"{self.count:g}/{unit}"
+        return f"{self.count:g}/{self.per_seconds:g}s"
