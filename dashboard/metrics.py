@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 from jobdesk.dashboard.auth import public
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.limits.models import BreakerState
 from jobdesk.shared.operator.metrics_queries import (
     breaker_states,
     counts_by_queue_status,
@@ -48,7 +49,7 @@ bp = Blueprint("metrics", __name__)
 
 EXTENSION_KEY = "jobdesk_metrics"
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
-BREAKER_STATES = ("closed", "open", "half_open")
+BREAKER_STATES = tuple(BreakerState)
 
 
 class DatabaseCollector(Collector):

@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.effects import find_effect, record_effect
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.transitions import record_progress
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 
@@ -44,6 +45,8 @@ class JobContext:
     idempotency_key: str | None
     engine: sa.Engine
     worker_id: str = ""
+    lease_token: int = 0
+    """The claim's fencing token: every write of this attempt carries it."""
     settings: Settings = field(default_factory=Settings.from_env)
     """The settings the worker runs with (the built-in types read theirs from here);
     a context made by hand (a handler's unit test) reads the environment."""
@@ -64,15 +67,14 @@ class JobContext:
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
-    def progress(self, done: int, total: int | None = None, **extra: Any) -> None:
-        """Record progress on the job row (visible in the dashboard right away)."""
+    def progress(self, done: int, total: int | None = None, **extra: Any) -> bool:
+        """Record progress on the job row (visible in the dashboard right away); False
+        when this attempt no longer holds the job (its lease was lost), like every
+        other write of a worker that lost its lease."""
         value: dict[str, Any] = {"done": done, "total": total, **extra}
+        ref = JobRef(self.job_id, self.lease_token, self.attempt, self.worker_id)
         with self.engine.begin() as conn:
-            conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == self.job_id, jobs.c.status == "running")
-                .values(progress=value)
-            )
+            return record_progress(conn, ref, value)
 
     def effect_done(self, key: str) -> dict[str, Any] | None:
         """The stored detail if the effect under `key` already happened, else None."""

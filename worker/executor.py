@@ -190,6 +190,7 @@ class Attempt:
                         engine=self._engine,
                         settings=self._settings,
                         worker_id=job.worker_id,
+                        lease_token=job.lease_token,
                         deadline=None if self.started == 0.0 else self.deadline,
                         cancelled=CancelEvent(),
                     )

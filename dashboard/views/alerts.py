@@ -12,15 +12,17 @@ from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back
 from jobdesk.shared.alerts import store as alert_store
+from jobdesk.shared.alerts.models import AlertStatus
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
 
 bp = Blueprint("alerts", __name__)
-STATUSES = ("open", "resolved")
+STATUSES = tuple(AlertStatus)
 
 
 @bp.get("/alerts")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     status = request.args.get("status", "open")
     if status not in STATUSES:
@@ -42,7 +44,7 @@ def index() -> Any:
 
 
 @bp.post("/alerts/<int:alert_id>/acknowledge")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def acknowledge(alert_id: int) -> Any:
     fallback = url_for("jobdesk.alerts.index")
     try:

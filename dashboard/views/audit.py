@@ -11,12 +11,13 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
 from jobdesk.shared.operator.audit import ACTIONS, list_audit
 from jobdesk.shared.operator.filters import PAGE_SIZES, AuditFilters
+from jobdesk.shared.operator.models import Role
 
 bp = Blueprint("audit", __name__)
 
 
 @bp.get("/audit")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     filters = AuditFilters.from_args(request.args, ACTIONS)
     after = request.args.get("after") or None

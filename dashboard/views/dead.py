@@ -16,6 +16,7 @@ from jobdesk.dashboard.navigation import safe_target
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend
 from jobdesk.shared.operator.filters import RANGES, JobFilters
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
 
 bp = Blueprint("dead", __name__)
@@ -24,7 +25,7 @@ BULK_ACTIONS = ("retry", "ignore")
 
 
 @bp.get("/dead")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     # On this page a time range means "went dead within", i.e. by finish time.
     filters = replace(JobFilters.from_args(request.args), time_field="finished")
@@ -49,7 +50,7 @@ def index() -> Any:
 
 
 @bp.get("/dead/bulk")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def bulk_preview() -> Any:
     action = request.args.get("action")
     if action not in BULK_ACTIONS:

@@ -12,10 +12,12 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back
+from jobdesk.shared.core import audit
+from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.limits.breakers import breaker_state, close_breaker, list_breakers
-from jobdesk.shared.operator import audit
 from jobdesk.shared.operator.fleet import delivery_health
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
 from jobdesk.shared.webhooks.endpoints import list_endpoints, pause_endpoint, resume_endpoint
 
@@ -34,7 +36,7 @@ BREAKER_PREFIX = "webhook:"
 
 
 @bp.get("/endpoints")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     with db.read() as conn:
         now = db.now(conn)
@@ -70,7 +72,7 @@ def _fallback() -> str:
 
 
 @bp.post("/endpoints/<name>/pause")
-@auth.requires("admin")
+@auth.requires(Role.ADMIN)
 def pause(name: str) -> Any:
     try:
         reason = check_reason(request.form.get("reason"), required=True)
@@ -99,7 +101,7 @@ def pause(name: str) -> Any:
 
 
 @bp.post("/endpoints/<name>/resume")
-@auth.requires("admin")
+@auth.requires(Role.ADMIN)
 def resume(name: str) -> Any:
     try:
         with db.write() as conn:
@@ -112,7 +114,7 @@ def resume(name: str) -> Any:
 
 
 @bp.post("/breakers/close")
-@auth.requires("admin")
+@auth.requires(Role.ADMIN)
 def close() -> Any:
     key = (request.form.get("key") or "").strip()
     with db.write() as conn:
@@ -126,7 +128,7 @@ def close() -> Any:
         audit.record(
             conn,
             actor=auth.actor(),
-            action="breaker.close",
+            action=AuditAction.BREAKER_CLOSE,
             subject=key,
             now=now,
             details={"was": before.state, "consecutive_failures": before.consecutive_failures},

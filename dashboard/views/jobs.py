@@ -20,6 +20,7 @@ from jobdesk.shared.operator.filters import (
     UNRESOLVED,
     JobFilters,
 )
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import Page, job_detail, job_status, list_jobs
 
 bp = Blueprint("jobs", __name__)
@@ -49,7 +50,7 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
 
 
 @bp.get("/jobs")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     try:
         filters = JobFilters.from_args(request.args)
@@ -65,7 +66,7 @@ def index() -> Any:
 
 
 @bp.get("/jobs/<int:job_id>")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def detail(job_id: int) -> Any:
     with db.read() as conn:
         now = db.now(conn)
@@ -76,7 +77,7 @@ def detail(job_id: int) -> Any:
 
 
 @bp.get("/jobs/<int:job_id>/status")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def status(job_id: int) -> Any:
     with db.read() as conn:
         now = db.now(conn)

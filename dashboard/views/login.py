@@ -11,6 +11,7 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.navigation import safe_target
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.operator.accounts import any_operator_exists, verify
+from jobdesk.shared.operator.models import Role
 
 bp = Blueprint("login", __name__)
 MAX_FIELD_CHARS = 1024
@@ -60,7 +61,7 @@ def login_submit() -> Any:
 
 
 @bp.post("/logout")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def logout() -> Any:
     auth.end_session()
     return redirect(url_for("jobdesk.login.login"), code=303)

@@ -18,6 +18,7 @@ from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.core.worker_registry import list_workers
 from jobdesk.shared.operator.dead_letters import dead_trend, unresolved_dead_count
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
 
 bp = Blueprint("overview", __name__)
@@ -78,7 +79,7 @@ def overview_data() -> dict[str, Any]:
 
 
 @bp.get("/")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     refresh = request.args.get("refresh", DEFAULT_REFRESH)
     if refresh not in REFRESH_INTERVALS:

@@ -15,11 +15,12 @@ from jobdesk.dashboard.forms import parse_bulk_selection, parse_payload_text
 from jobdesk.dashboard.navigation import back, safe_target
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.templating import plural
+from jobdesk.shared.core.decisions import cancel
 from jobdesk.shared.core.errors import ConflictError, ValidationError
 from jobdesk.shared.core.masking import mask_payload
 from jobdesk.shared.core.payload_checks import PayloadErrors
-from jobdesk.shared.core.transitions import cancel
 from jobdesk.shared.operator import triage
+from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import job_detail
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS
 
@@ -40,7 +41,7 @@ def _redirect(job_id: int) -> Any:
 
 
 @bp.post("/jobs/<int:job_id>/retry")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def retry(job_id: int) -> Any:
     try:
         with db.write() as conn:
@@ -65,7 +66,7 @@ def retry(job_id: int) -> Any:
 
 
 @bp.post("/jobs/<int:job_id>/ignore")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def ignore(job_id: int) -> Any:
     try:
         with db.write() as conn:
@@ -86,7 +87,7 @@ def ignore(job_id: int) -> Any:
 
 
 @bp.post("/jobs/<int:job_id>/cancel")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def cancel_job(job_id: int) -> Any:
     try:
         reason = triage.check_reason(request.form.get("reason"), required=True)
@@ -132,13 +133,13 @@ def _fix_form(
 
 
 @bp.get("/jobs/<int:job_id>/fix")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def fix_form(job_id: int) -> Any:
     return _fix_form(job_id)
 
 
 @bp.post("/jobs/<int:job_id>/fix")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def fix(job_id: int) -> Any:
     text = request.form.get("payload", "")
     reason = request.form.get("reason", "")
@@ -174,7 +175,7 @@ def _max_payload_bytes() -> int:
 
 
 @bp.post("/dead/bulk")
-@auth.requires("operator")
+@auth.requires(Role.OPERATOR)
 def bulk() -> Any:
     action = request.form.get("action")
     fallback = url_for("jobdesk.dead.index")

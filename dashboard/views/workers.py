@@ -12,6 +12,7 @@ from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.worker_registry import list_workers
+from jobdesk.shared.operator.models import Role
 
 bp = Blueprint("workers", __name__)
 #: Skew beyond this is flagged (leases and backoff use the database clock, but logs and
@@ -20,7 +21,7 @@ SKEW_WARNING_SECONDS = 5.0
 
 
 @bp.get("/workers")
-@auth.requires("viewer")
+@auth.requires(Role.VIEWER)
 def index() -> Any:
     state = get_state()
     with db.read() as conn:

@@ -97,6 +97,10 @@ def upgrade() -> None:
         sa.Column("subject", sa.String(length=200), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.CheckConstraint(
+            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'report.cancel', 'report.retry_chunk', 'retry')",
+            name=op.f("ck_jobdesk_audit_log_action"),
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_audit_log")),
     )
     with op.batch_alter_table("jobdesk_audit_log", schema=None) as batch_op:
@@ -125,7 +129,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.CheckConstraint(
-            "state IN ('closed', 'open', 'half_open')",
+            "state IN ('closed', 'half_open', 'open')",
             name=op.f("ck_jobdesk_circuit_breakers_state"),
         ),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_jobdesk_circuit_breakers")),
@@ -353,7 +357,7 @@ def upgrade() -> None:
             "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.CheckConstraint(
-            "role IN ('viewer', 'operator', 'admin')", name=op.f("ck_jobdesk_operators_role")
+            "role IN ('admin', 'operator', 'viewer')", name=op.f("ck_jobdesk_operators_role")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_operators")),
         sa.UniqueConstraint("username", name=op.f("uq_jobdesk_operators_username")),
@@ -402,7 +406,7 @@ def upgrade() -> None:
             "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.CheckConstraint(
-            "status IN ('running', 'assembling', 'succeeded', 'failed', 'cancelled')",
+            "status IN ('assembling', 'cancelled', 'failed', 'running', 'succeeded')",
             name=op.f("ck_jobdesk_report_runs_status"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_report_runs")),

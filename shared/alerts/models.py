@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobdesk.shared.core.models import KEY_LENGTH, NAME_LENGTH, Base, BigId, table_of
+from jobdesk.shared.core.models import KEY_LENGTH, NAME_LENGTH, Base, BigId, in_list, table_of
 from jobdesk.shared.core.sqltypes import JSONDocument, utcnow
+
+
+class AlertStatus(StrEnum):
+    """An alert is open while its rule still fires, resolved once it stops."""
+
+    OPEN = "open"
+    RESOLVED = "resolved"
 
 
 class Alert(Base):
@@ -20,7 +28,7 @@ class Alert(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     rule: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
     subject: Mapped[str] = mapped_column(sa.String(KEY_LENGTH))
-    status: Mapped[str] = mapped_column(sa.String(16), server_default="open")
+    status: Mapped[str] = mapped_column(sa.String(16), server_default=AlertStatus.OPEN.value)
     opened_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     last_seen_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     resolved_at: Mapped[datetime | None]
@@ -33,7 +41,7 @@ class Alert(Base):
     acknowledged_note: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (
-        sa.CheckConstraint("status IN ('open', 'resolved')", name="status"),
+        sa.CheckConstraint(in_list("status", sorted(AlertStatus)), name="status"),
         sa.Index(
             "uq_jobdesk_alerts_open_rule_subject",
             "rule",

@@ -35,22 +35,21 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.alerts.models import AlertStatus, alerts
+from jobdesk.shared.core.audit import AuditAction, audit_log
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.enqueue import enqueue
 from jobdesk.shared.core.job_types import defaults_for
 from jobdesk.shared.core.models import KEY_LENGTH, job_attempts, jobs
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
-from jobdesk.shared.limits.models import circuit_breakers
+from jobdesk.shared.limits.models import BreakerState, circuit_breakers
 from jobdesk.shared.operator.metrics_queries import due_backlog, live_after, live_workers
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.settings import alerts as rules
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
 log = logging.getLogger("jobdesk.alerts")
 
-OPEN = "open"
-RESOLVED = "resolved"
+OPEN, RESOLVED = AlertStatus.OPEN, AlertStatus.RESOLVED
 EMAIL = "email"
 WEBHOOK = "webhook"
 EMAIL_JOB = "email.send"
@@ -387,7 +386,9 @@ def find_open_breakers(conn: sa.Connection, now: datetime, cfg: rules.BreakerOpe
     cutoff = now - timedelta(seconds=cfg.min_open_seconds)
     query = (
         sa.select(circuit_breakers)
-        .where(circuit_breakers.c.state != "closed", circuit_breakers.c.opened_at <= cutoff)
+        .where(
+            circuit_breakers.c.state != BreakerState.CLOSED, circuit_breakers.c.opened_at <= cutoff
+        )
         .order_by(circuit_breakers.c.key)
     )
     findings = []
@@ -858,7 +859,7 @@ def acknowledge_alert(
         sa.insert(audit_log).values(
             at=now,
             actor=actor,
-            action="alert.acknowledge",
+            action=AuditAction.ALERT_ACKNOWLEDGE,
             subject=f"alert:{alert_id}",
             reason=note,
             details={"alert_id": alert_id, "rule": row.rule, "subject": row.subject},

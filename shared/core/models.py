@@ -50,12 +50,12 @@ KEY_LENGTH = 200
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
-def _in_list(column: str, values: tuple[str, ...] | list[str]) -> str:
+def in_list(column: str, values: tuple[str, ...] | list[str]) -> str:
     quoted = ", ".join(f"'{value}'" for value in values)
     return f"{column} IN ({quoted})"
 
 
-_CLAIMABLE_SQL = _in_list("status", sorted(CLAIMABLE))
+_CLAIMABLE_SQL = in_list("status", sorted(CLAIMABLE))
 
 
 class Base(DeclarativeBase):
@@ -105,9 +105,9 @@ class Job(Base):
     resolution_reason: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (
-        sa.CheckConstraint(_in_list("status", list(ALL_STATUSES)), name="status"),
+        sa.CheckConstraint(in_list("status", list(ALL_STATUSES)), name="status"),
         sa.CheckConstraint(
-            "resolution IS NULL OR " + _in_list("resolution", list(Resolution)),
+            "resolution IS NULL OR " + in_list("resolution", list(Resolution)),
             name="resolution",
         ),
         sa.CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -217,7 +217,7 @@ class JobAttempt(Base):
     error_fingerprint: Mapped[str | None] = mapped_column(sa.String(32))
 
     __table_args__ = (
-        sa.CheckConstraint(_in_list("outcome", list(AttemptOutcome)), name="outcome"),
+        sa.CheckConstraint(in_list("outcome", list(AttemptOutcome)), name="outcome"),
         sa.Index("ix_jobdesk_job_attempts_job_id_attempt", "job_id", "attempt"),
         sa.Index("ix_jobdesk_job_attempts_error_fingerprint", "error_fingerprint"),
         # The repeated-error alert scans the last minutes of failed attempts.

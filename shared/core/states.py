@@ -90,6 +90,40 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+_Q, _R, _F, _S, _D, _C = (
+    JobStatus.QUEUED,
+    JobStatus.RUNNING,
+    JobStatus.FAILED,
+    JobStatus.SUCCEEDED,
+    JobStatus.DEAD,
+    JobStatus.CANCELLED,
+)
+
+#: Every write of the core that moves jobs, by function name → (from-states, to-states):
+#: the worker's (`claim`, `transitions.*`) and the operator's (`decisions.cancel`). A test
+#: checks each pair against `ALLOWED_TRANSITIONS` and that no write is missing here.
+TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    "claim": (frozenset({_Q, _F}), frozenset({_R})),
+    "complete": (frozenset({_R}), frozenset({_S})),
+    "complete_many": (frozenset({_R}), frozenset({_S})),
+    "fail": (frozenset({_R}), frozenset({_F, _D})),
+    "snooze": (frozenset({_R}), frozenset({_Q})),
+    "rescue_expired": (frozenset({_R}), frozenset({_F, _D})),
+    "cancel": (CANCELLABLE, frozenset({_C})),
+}
+
+#: Writes that leave a job in its state, by function name → the states they apply to:
+#: lease renewal and progress while running (fenced by the lease token), and the
+#: decisions written ON dead jobs (a retry creates a new `queued` job instead).
+STATE_KEEPING_WRITES: dict[str, frozenset[JobStatus]] = {
+    "extend_lease": frozenset({_R}),
+    "record_progress": frozenset({_R}),
+    "resolve_dead": frozenset({_D}),
+    "requeue_dead": frozenset({_D}),
+    "ignore_dead": frozenset({_D}),
+}
+
+
 def is_allowed(source: JobStatus, target: JobStatus) -> bool:
     """True when the lifecycle permits moving a job from `source` to `target`."""
     return target in ALLOWED_TRANSITIONS[source]

@@ -6,8 +6,9 @@ lease, and whose job the reaper already handed to someone else, changes nothing 
 told so (the functions return False / None). Each finished attempt writes its
 `job_attempts` row in the same statement or transaction.
 
-`TRANSITIONS` lists every function here with the states it moves jobs from and to; a
-test checks each pair against `states.ALLOWED_TRANSITIONS`.
+`states.TRANSITIONS` lists every function here (and in `decisions`, the operator's
+side) with the states it moves jobs from and to; a test checks each pair against
+`states.ALLOWED_TRANSITIONS`.
 """
 
 from __future__ import annotations
@@ -27,29 +28,17 @@ from jobdesk.shared.core.masking import fingerprint, sanitize_error
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.retry import RetryPolicy, decide
 from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT, UTCDateTime
-from jobdesk.shared.core.states import CANCELLABLE, AttemptOutcome, JobStatus, sql_values
-from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 
 log = logging.getLogger("jobdesk.transitions")
 
-R, Q, F, S, D, C = (
+R, Q, F, S, D = (
     JobStatus.RUNNING,
     JobStatus.QUEUED,
     JobStatus.FAILED,
     JobStatus.SUCCEEDED,
     JobStatus.DEAD,
-    JobStatus.CANCELLED,
 )
-
-#: name → (from-states, to-states); checked against the lifecycle table by a test.
-TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
-    "claim": (frozenset({Q, F}), frozenset({R})),
-    "complete": (frozenset({R}), frozenset({S})),
-    "fail": (frozenset({R}), frozenset({F, D})),
-    "snooze": (frozenset({R}), frozenset({Q})),
-    "rescue": (frozenset({R}), frozenset({F, D})),
-    "cancel": (CANCELLABLE, frozenset({C})),
-}
 
 _RELEASE_LOCK: dict[str, Any] = {
     "locked_by": None,
@@ -275,6 +264,15 @@ def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) 
     return row is not None
 
 
+def record_progress(conn: sa.Connection, ref: JobRef, progress: dict[str, Any]) -> bool:
+    """Store the handler's progress while it still holds the job (fenced by the lease
+    token like every worker write: a worker that lost its job cannot scribble on it)."""
+    row = conn.execute(
+        sa.update(jobs).where(_is_mine(ref)).values(progress=progress).returning(jobs.c.id)
+    ).first()
+    return row is not None
+
+
 def extend_lease(
     conn: sa.Connection, refs: Sequence[JobRef], *, lease_seconds: float, now: datetime
 ) -> list[int]:
@@ -350,31 +348,6 @@ def rescue_expired(
         if status is not None:
             rescued.append((row.id, status))
     return rescued
-
-
-def cancel(
-    conn: sa.Connection, job_ids: Sequence[int], *, actor: str, reason: str, now: datetime
-) -> list[int]:
-    """Operator: stop queued or retrying jobs from running again (audited)."""
-    if not job_ids:
-        return []
-    cancelled = list(
-        conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
-            .values(status=C.value, finished_at=now, updated_at=now)
-            .returning(jobs.c.id)
-        ).scalars()
-    )
-    if cancelled:
-        conn.execute(
-            sa.insert(audit_log),
-            [
-                {"actor": actor, "action": "cancel", "job_id": job_id, "reason": reason, "at": now}
-                for job_id in cancelled
-            ],
-        )
-    return cancelled
 
 
 def _record_attempt(

@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.job_types import known_types
 from jobdesk.shared.core.models import NAME_LENGTH, workers
 
 _wc = workers.c
@@ -92,6 +93,20 @@ def job_type_names(value: Any) -> list[str]:
     if isinstance(value, list | tuple):
         return sorted(str(item) for item in value)
     return []
+
+
+def worker_job_types(conn: sa.Connection) -> frozenset[str]:
+    """Every job type some registered worker has declared it can run."""
+    found: set[str] = set()
+    for (value,) in conn.execute(sa.select(workers.c.job_types)):
+        found.update(job_type_names(value))
+    return frozenset(found)
+
+
+def runnable_types(conn: sa.Connection) -> frozenset[str]:
+    """Types this installation can run: declared defaults plus what workers registered.
+    A job of any other type would wait forever, so operators may not requeue it."""
+    return known_types() | worker_job_types(conn)
 
 
 @dataclass(frozen=True, slots=True)

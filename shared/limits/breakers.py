@@ -30,11 +30,9 @@ from sqlalchemy.dialects import sqlite
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import KEY_LENGTH
-from jobdesk.shared.limits.models import circuit_breakers
+from jobdesk.shared.limits.models import BreakerState, circuit_breakers
 
-CLOSED = "closed"
-OPEN = "open"
-HALF_OPEN = "half_open"
+CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 DEFAULT_THRESHOLD = 5
 DEFAULT_COOLDOWN = timedelta(seconds=30)

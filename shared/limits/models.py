@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobdesk.shared.core.models import KEY_LENGTH, Base, table_of
+from jobdesk.shared.core.models import KEY_LENGTH, Base, in_list, table_of
 from jobdesk.shared.core.sqltypes import utcnow
+
+
+class BreakerState(StrEnum):
+    """Where a circuit breaker is (see `limits.breakers`)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
 
 
 class CircuitBreaker(Base):
@@ -17,14 +26,14 @@ class CircuitBreaker(Base):
     __tablename__ = "jobdesk_circuit_breakers"
 
     key: Mapped[str] = mapped_column(sa.String(KEY_LENGTH), primary_key=True)
-    state: Mapped[str] = mapped_column(sa.String(16), server_default="closed")
+    state: Mapped[str] = mapped_column(sa.String(16), server_default=BreakerState.CLOSED.value)
     consecutive_failures: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
     opened_at: Mapped[datetime | None]
     retry_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     updated_at: Mapped[datetime] = mapped_column(server_default=utcnow())
 
-    __table_args__ = (sa.CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
+    __table_args__ = (sa.CheckConstraint(in_list("state", sorted(BreakerState)), name="state"),)
 
 
 class RateLimitBucket(Base):

@@ -19,12 +19,13 @@ from typing import Any
 import sqlalchemy as sa
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from jobdesk.shared.core import audit
+from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
-from jobdesk.shared.operator import audit
-from jobdesk.shared.operator.models import operators
+from jobdesk.shared.operator.models import Role, operators
 
-ROLES: tuple[str, ...] = ("viewer", "operator", "admin")
+ROLES: tuple[str, ...] = tuple(Role)
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{NAME_LENGTH}}}")
 PASSWORD_MIN_CHARS = 10
 PASSWORD_MAX_CHARS = 1024
@@ -119,7 +120,7 @@ def add_operator(
         )
     )
     audit.record(
-        conn, actor=actor, action="operator.add", subject=f"operator:{username}",
+        conn, actor=actor, action=AuditAction.OPERATOR_ADD, subject=f"operator:{username}",
         details={"role": role}, now=now,
     )  # fmt: skip
     return require_operator(conn, username)
@@ -176,9 +177,12 @@ def set_disabled(
         sa.update(operators).where(operators.c.username == username).values(disabled=disabled)
     )
     audit.record(
-        conn, actor=actor, action="operator.disable" if disabled else "operator.enable",
-        subject=f"operator:{username}", now=now,
-    )  # fmt: skip
+        conn,
+        actor=actor,
+        action=AuditAction.OPERATOR_DISABLE if disabled else AuditAction.OPERATOR_ENABLE,
+        subject=f"operator:{username}",
+        now=now,
+    )
     return require_operator(conn, username)
 
 
@@ -194,5 +198,9 @@ def set_password(
         .values(password_hash=generate_password_hash(password))
     )
     audit.record(
-        conn, actor=actor, action="operator.password", subject=f"operator:{username}", now=now
+        conn,
+        actor=actor,
+        action=AuditAction.OPERATOR_PASSWORD,
+        subject=f"operator:{username}",
+        now=now,
     )

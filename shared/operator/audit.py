@@ -1,43 +1,24 @@
-"""The operator audit trail: writing entries (always inside the action's own transaction)
-and reading them back with filters.
+"""Reading the audit trail back: one job's entries, and filtered, keyset-paginated pages.
 
-The application only ever inserts into `audit_log`; nothing here updates or deletes.
-`details` is stored already masked by the caller (payload diffs go through
-`jobdesk.shared.core.masking`), so the trail never becomes a copy of the secrets it describes.
+Entries are written by `core.audit` in the transaction of each decision.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.audit import AuditAction, audit_log
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.operator.filters import AuditFilters
-from jobdesk.shared.operator.models import audit_log
 
 #: Every action name the application writes (the audit page filters by these).
-ACTIONS: tuple[str, ...] = (
-    "retry",
-    "fix_retry",
-    "ignore",
-    "cancel",
-    "alert.acknowledge",
-    "endpoint.pause",
-    "endpoint.resume",
-    "endpoint.disable",
-    "breaker.open",
-    "breaker.close",
-    "operator.add",
-    "operator.disable",
-    "operator.enable",
-    "operator.password",
-)
+ACTIONS: tuple[str, ...] = tuple(AuditAction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,56 +32,6 @@ class AuditRow:
     subject: str | None
     reason: str | None
     details: dict[str, Any] | None
-
-
-def record(
-    conn: sa.Connection,
-    *,
-    actor: str,
-    action: str,
-    now: datetime,
-    job_id: int | None = None,
-    new_job_id: int | None = None,
-    subject: str | None = None,
-    reason: str | None = None,
-    details: Mapping[str, Any] | None = None,
-) -> None:
-    """Append one entry in the caller's transaction."""
-    record_many(
-        conn,
-        [
-            {
-                "actor": actor,
-                "action": action,
-                "job_id": job_id,
-                "new_job_id": new_job_id,
-                "subject": subject,
-                "reason": reason,
-                "details": dict(details) if details is not None else None,
-            }
-        ],
-        now=now,
-    )
-
-
-def record_many(conn: sa.Connection, entries: Iterable[Mapping[str, Any]], *, now: datetime) -> int:
-    """Append many entries with one multi-row INSERT; returns how many were written."""
-    rows = [
-        {
-            "at": now,
-            "actor": entry["actor"],
-            "action": entry["action"],
-            "job_id": entry.get("job_id"),
-            "new_job_id": entry.get("new_job_id"),
-            "subject": entry.get("subject"),
-            "reason": entry.get("reason"),
-            "details": entry.get("details"),
-        }
-        for entry in entries
-    ]
-    if rows:
-        conn.execute(sa.insert(audit_log), rows)
-    return len(rows)
 
 
 def _row(row: Any) -> AuditRow:

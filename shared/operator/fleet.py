@@ -15,17 +15,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.models import workers
-from jobdesk.shared.core.worker_registry import job_type_names
 from jobdesk.shared.webhooks.models import webhook_deliveries
-
-
-def worker_job_types(conn: sa.Connection) -> frozenset[str]:
-    """Every job type some registered worker has declared it can run."""
-    found: set[str] = set()
-    for (value,) in conn.execute(sa.select(workers.c.job_types)):
-        found.update(job_type_names(value))
-    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)

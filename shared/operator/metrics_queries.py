@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.alerts.models import AlertStatus, alerts
 from jobdesk.shared.core.models import jobs, workers
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.limits.models import circuit_breakers
@@ -87,7 +87,7 @@ def dead_since(conn: sa.Connection, since: datetime) -> int:
 def open_alerts_by_rule(conn: sa.Connection) -> dict[str, int]:
     query = (
         sa.select(alerts.c.rule, sa.func.count())
-        .where(alerts.c.status == "open")
+        .where(alerts.c.status == AlertStatus.OPEN)
         .group_by(alerts.c.rule)
     )
     return {str(rule): int(n) for rule, n in conn.execute(query)}

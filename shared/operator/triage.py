@@ -12,26 +12,24 @@ type, queue, payload, priority, max_attempts, timeout, group and idempotency key
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
 
-from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+from jobdesk.shared.core import decisions
+from jobdesk.shared.core.audit import AuditAction
+from jobdesk.shared.core.decisions import requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
-from jobdesk.shared.core.job_types import known_types
 from jobdesk.shared.core.masking import MASK, mask_payload
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
 from jobdesk.shared.core.states import JobStatus, Resolution
 from jobdesk.shared.core.validation import DEFAULT_MAX_PAYLOAD_BYTES, serialize_payload
-from jobdesk.shared.operator import audit
+from jobdesk.shared.core.worker_registry import runnable_types
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.fleet import worker_job_types
 from jobdesk.shared.operator.queries import filter_conditions
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
@@ -45,9 +43,6 @@ BULK_CAP = 1000
 BATCH_SIZE = 200
 REASON_MAX_CHARS = 1000
 WEBHOOK_TYPE = "webhook.deliver"
-
-_COPIED = ("job_type", "queue", "payload", "priority", "max_attempts", "timeout_seconds",
-           "group_key", "idempotency_key")  # fmt: skip
 
 
 def check_reason(reason: str | None, *, required: bool) -> str | None:
@@ -66,9 +61,23 @@ def check_reason(reason: str | None, *, required: bool) -> str | None:
     return text
 
 
-def runnable_types(conn: sa.Connection) -> frozenset[str]:
-    """Types this installation knows: declared defaults plus what workers registered."""
-    return known_types() | worker_job_types(conn)
+__all__ = [
+    "BULK_CAP",
+    "BulkResult",
+    "Impact",
+    "Selection",
+    "bulk_ignore",
+    "bulk_retry",
+    "check_reason",
+    "fix_and_retry",
+    "ignore_dead",
+    "payload_diff",
+    "preview_bulk",
+    "restore_masked",
+    "retry_dead",
+    "runnable_types",
+    "validate_fixed_payload",
+]
 
 
 def _unknown_type_error(job_type: str) -> ValidationError:
@@ -111,75 +120,6 @@ def _check_triageable(row: Any) -> None:
         raise _conflict(row)
 
 
-def _resolve(
-    conn: sa.Connection,
-    ids: Sequence[int],
-    resolution: Resolution,
-    *,
-    actor: str,
-    reason: str | None,
-    now: datetime,
-) -> list[int]:
-    """The compare-and-set: mark still-unresolved dead jobs; returns those it marked."""
-    if not ids:
-        return []
-    statement = (
-        sa.update(jobs)
-        .where(
-            jobs.c.id.in_(list(ids)),
-            jobs.c.status == JobStatus.DEAD.value,
-            jobs.c.resolution.is_(None),
-        )
-        .values(
-            resolution=resolution.value,
-            resolved_by=actor,
-            resolved_at=now,
-            resolution_reason=reason,
-            updated_at=now,
-        )
-        .returning(jobs.c.id)
-    )
-    return sorted(conn.execute(statement).scalars())
-
-
-def _copy_as_new(conn: sa.Connection, ids: Sequence[int], now: datetime) -> dict[int, int]:
-    """INSERT … SELECT new queued jobs from dead ones; returns {dead id: new id}."""
-    if not ids:
-        return {}
-    source = sa.select(
-        *(jobs.c[name] for name in _COPIED),
-        jobs.c.id,
-        sa.literal(now, jobs.c.created_at.type),
-        sa.literal(now, jobs.c.created_at.type),
-        sa.literal(now, jobs.c.created_at.type),
-    ).where(jobs.c.id.in_(list(ids)))
-    statement = (
-        sa.insert(jobs)
-        .from_select(
-            [*_COPIED, "retried_from_id", "next_run_at", "created_at", "updated_at"], source
-        )
-        .returning(jobs.c.retried_from_id, jobs.c.id)
-    )
-    mapping: dict[int, int] = {row[0]: row[1] for row in conn.execute(statement)}
-    _notify(conn, mapping.values())
-    return mapping
-
-
-def _notify(conn: sa.Connection, new_ids: Iterable[int]) -> None:
-    """Wake idle workers (PostgreSQL) for the queues that just received jobs."""
-    ids = list(new_ids)
-    if not ids or not is_postgresql(conn):
-        return
-    queues = sorted(
-        conn.execute(sa.select(jobs.c.queue).where(jobs.c.id.in_(ids)).distinct()).scalars()
-    )
-    conn.execute(
-        sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, sa.column("q"))).select_from(
-            sa.func.unnest(sa.literal(queues, pg.ARRAY(sa.Text))).alias("q")
-        )
-    )
-
-
 # --- one job -----------------------------------------------------------------------------
 
 
@@ -192,13 +132,10 @@ def retry_dead(
     _check_triageable(row)
     if row.job_type not in runnable_types(conn):
         raise _unknown_type_error(row.job_type)
-    if not _resolve(conn, [job_id], Resolution.REQUEUED, actor=actor, reason=reason, now=now):
+    done = requeue_dead(conn, [job_id], actor=actor, reason=reason, now=now)
+    if job_id not in done.new_ids:
         raise _conflict(_dead_row(conn, job_id))
-    new_id = _copy_as_new(conn, [job_id], now)[job_id]
-    audit.record(
-        conn, actor=actor, action="retry", job_id=job_id, new_job_id=new_id, reason=reason, now=now
-    )
-    return new_id
+    return done.new_ids[job_id]
 
 
 def restore_masked(original: Any, edited: Any) -> Any:
@@ -287,23 +224,20 @@ def fix_and_retry(
     fixed = validate_fixed_payload(
         row.job_type, restore_masked(row.payload, payload), max_bytes=max_payload_bytes
     )
-    if not _resolve(conn, [job_id], Resolution.FIXED, actor=actor, reason=reason, now=now):
-        raise _conflict(_dead_row(conn, job_id))
-    new_id = _copy_as_new(conn, [job_id], now)[job_id]
-    conn.execute(
-        sa.update(jobs).where(jobs.c.id == new_id).values(payload=serialize_payload(fixed))
-    )
-    audit.record(
+    done = requeue_dead(
         conn,
+        [job_id],
         actor=actor,
-        action="fix_retry",
-        job_id=job_id,
-        new_job_id=new_id,
         reason=reason,
-        details={"diff": payload_diff(row.payload or {}, fixed)},
         now=now,
+        action=AuditAction.FIX_RETRY,
+        resolution=Resolution.FIXED,
+        payload=fixed,
+        details={"diff": payload_diff(row.payload or {}, fixed)},
     )
-    return new_id
+    if job_id not in done.new_ids:
+        raise _conflict(_dead_row(conn, job_id))
+    return done.new_ids[job_id]
 
 
 def ignore_dead(
@@ -311,11 +245,11 @@ def ignore_dead(
 ) -> None:
     """Resolve dead job `job_id` as ignored; the reason is required and bounded."""
     clean = check_reason(reason, required=True)
+    assert clean is not None
     row = _dead_row(conn, job_id)
     _check_triageable(row)
-    if not _resolve(conn, [job_id], Resolution.IGNORED, actor=actor, reason=clean, now=now):
+    if not decisions.ignore_dead(conn, [job_id], actor=actor, reason=clean, now=now):
         raise _conflict(_dead_row(conn, job_id))
-    audit.record(conn, actor=actor, action="ignore", job_id=job_id, reason=clean, now=now)
 
 
 # --- bulk --------------------------------------------------------------------------------
@@ -451,19 +385,11 @@ def bulk_retry(
     result.unknown_type = len(rows) - len(wanted)
     requested = len(set(selection.ids)) if selection.ids else len(rows)
     for batch in _batches(wanted, BATCH_SIZE):
-        resolved = _resolve(conn, batch, Resolution.REQUEUED, actor=actor, reason=reason, now=now)
-        mapping = _copy_as_new(conn, resolved, now)
-        audit.record_many(
-            conn,
-            (
-                {"actor": actor, "action": "retry", "job_id": old, "new_job_id": new,
-                 "reason": reason, "details": {"bulk": True}}
-                for old, new in sorted(mapping.items())
-            ),
-            now=now,
-        )  # fmt: skip
-        result.done += len(mapping)
-        result.new_job_ids.extend(new for _, new in sorted(mapping.items()))
+        done = requeue_dead(
+            conn, batch, actor=actor, reason=reason, now=now, details={"bulk": True}
+        )
+        result.done += len(done.new_ids)
+        result.new_job_ids.extend(done.new_ids.values())
     result.already_resolved = requested - result.done - result.unknown_type
     return result
 
@@ -479,20 +405,14 @@ def bulk_ignore(
 ) -> BulkResult:
     """Ignore up to `cap` selected dead jobs with one required reason, in batches."""
     clean = check_reason(reason, required=True)
+    assert clean is not None
     rows = _selected_rows(conn, selection, now, cap)
     requested = len(set(selection.ids)) if selection.ids else len(rows)
     result = BulkResult("ignore")
     for batch in _batches([row.id for row in rows], BATCH_SIZE):
-        resolved = _resolve(conn, batch, Resolution.IGNORED, actor=actor, reason=clean, now=now)
-        audit.record_many(
-            conn,
-            (
-                {"actor": actor, "action": "ignore", "job_id": job_id, "reason": clean,
-                 "details": {"bulk": True}}
-                for job_id in resolved
-            ),
-            now=now,
-        )  # fmt: skip
+        resolved = decisions.ignore_dead(
+            conn, batch, actor=actor, reason=clean, now=now, details={"bulk": True}
+        )
         result.done += len(resolved)
     result.already_resolved = requested - result.done
     return result

@@ -25,20 +25,20 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
+from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.errors import ConflictError, NotFoundError
 from jobdesk.shared.core.masking import sanitize_error
-from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.reports.models import report_chunk_results, report_runs
+from jobdesk.shared.reports.models import ReportRunStatus, report_chunk_results, report_runs
 from jobdesk.shared.core.states import CANCELLABLE, JobStatus, Resolution, sql_values
-from jobdesk.shared.core.transitions import cancel
+from jobdesk.shared.core import audit
+from jobdesk.shared.core.decisions import cancel, requeue_dead
 
-RUNNING = "running"
-ASSEMBLING = "assembling"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
+RUNNING, ASSEMBLING = ReportRunStatus.RUNNING, ReportRunStatus.ASSEMBLING
+SUCCEEDED, FAILED = ReportRunStatus.SUCCEEDED, ReportRunStatus.FAILED
+CANCELLED = ReportRunStatus.CANCELLED
 CHUNK_JOB_TYPE = "report.chunk"
 RESULT_BATCH = 100
 
@@ -294,62 +294,16 @@ def retry_failed_chunks(
         for row in chunk_jobs(conn, run_id)
         if row["status"] == JobStatus.DEAD.value and row["resolution"] is None
     ]
-    new_ids: list[int] = []
-    for row in dead:
-        marked = conn.execute(
-            sa.update(jobs)
-            .where(
-                jobs.c.id == row["id"],
-                jobs.c.status == JobStatus.DEAD.value,
-                jobs.c.resolution.is_(None),
-            )
-            .values(
-                resolution=Resolution.REQUEUED.value,
-                resolved_by=actor,
-                resolved_at=now,
-                resolution_reason="retry failed report chunks",
-            )
-            .returning(
-                jobs.c.job_type,
-                jobs.c.queue,
-                jobs.c.payload,
-                jobs.c.priority,
-                jobs.c.max_attempts,
-                jobs.c.idempotency_key,
-                jobs.c.timeout_seconds,
-            )
-        ).first()
-        if marked is None:
-            continue  # someone else triaged it meanwhile
-        new_id = conn.execute(
-            sa.insert(jobs)
-            .values(
-                job_type=marked.job_type,
-                queue=marked.queue,
-                payload=marked.payload,
-                priority=marked.priority,
-                max_attempts=marked.max_attempts,
-                idempotency_key=marked.idempotency_key,
-                timeout_seconds=marked.timeout_seconds,
-                retried_from_id=row["id"],
-                next_run_at=now,
-                created_at=now,
-                updated_at=now,
-            )
-            .returning(jobs.c.id)
-        ).scalar_one()
-        new_ids.append(int(new_id))
-        conn.execute(
-            sa.insert(audit_log).values(
-                actor=actor,
-                action="report.retry_chunk",
-                job_id=row["id"],
-                new_job_id=new_id,
-                subject=f"report_run:{run_id}",
-                reason="retry failed report chunks",
-                at=now,
-            )
-        )
+    done = requeue_dead(
+        conn,
+        [row["id"] for row in dead],
+        actor=actor,
+        reason="retry failed report chunks",
+        now=now,
+        action=AuditAction.REPORT_RETRY_CHUNK,
+        subject=f"report_run:{run_id}",
+    )
+    new_ids = list(done.new_ids.values())
     if new_ids:
         conn.execute(
             sa.update(report_runs)
@@ -369,21 +323,27 @@ def cancel_remaining(conn: sa.Connection, run_id: int, *, actor: str, now: datet
     pending = [
         row["id"] for row in chunk_jobs(conn, run_id) if row["status"] in sql_values(CANCELLABLE)
     ]
-    cancelled = cancel(conn, pending, actor=actor, reason=f"cancel report run {run_id}", now=now)
+    cancelled = cancel(
+        conn,
+        pending,
+        actor=actor,
+        reason=f"cancel report run {run_id}",
+        now=now,
+        subject=f"report_run:{run_id}",
+    )
     conn.execute(
         sa.update(report_runs)
         .where(_runs.id == run_id, _runs.status.in_([RUNNING, ASSEMBLING, FAILED]))
         .values(status=CANCELLED, finished_at=now)
     )
-    conn.execute(
-        sa.insert(audit_log).values(
-            actor=actor,
-            action="report.cancel",
-            job_id=run["job_id"],
-            subject=f"report_run:{run_id}",
-            reason=f"cancelled {len(cancelled)} pending chunk(s)",
-            at=now,
-        )
+    audit.record(
+        conn,
+        actor=actor,
+        action=AuditAction.REPORT_CANCEL,
+        job_id=run["job_id"],
+        subject=f"report_run:{run_id}",
+        reason=f"cancelled {len(cancelled)} pending chunk(s)",
+        now=now,
     )
     _mirror_progress(conn, run_id)
     return cancelled

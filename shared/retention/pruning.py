@@ -29,10 +29,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.alerts.models import AlertStatus, alerts
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.settings.retention import RetentionPolicy
 
@@ -114,7 +114,7 @@ def prune_alerts_batch(
     conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
 ) -> Batch:
     """Delete resolved alerts that resolved before `older_than` (open ones never)."""
-    guard = sa.and_(alerts.c.status == "resolved", alerts.c.resolved_at < older_than)
+    guard = sa.and_(alerts.c.status == AlertStatus.RESOLVED, alerts.c.resolved_at < older_than)
     ids = list(
         conn.execute(
             sa.select(alerts.c.id)

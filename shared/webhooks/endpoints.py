@@ -19,10 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core import validation
+from jobdesk.shared.core.audit import AuditAction, audit_log
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from jobdesk.shared.webhooks.signing import generate_secret
 from jobdesk.shared.webhooks.ssrf import Resolver, UnsafeURLError, check_url
@@ -153,7 +153,9 @@ def add_endpoint(
             name=name, url=url, secret=secret, created_at=now, updated_at=now
         )
     )
-    _audit(conn, actor=actor, action="endpoint.add", name=name, now=now, details={"url": url})
+    _audit(
+        conn, actor=actor, action=AuditAction.ENDPOINT_ADD, name=name, now=now, details={"url": url}
+    )
     return secret
 
 
@@ -174,7 +176,7 @@ def set_endpoint_url(
     _audit(
         conn,
         actor=actor,
-        action="endpoint.set_url",
+        action=AuditAction.ENDPOINT_SET_URL,
         name=name,
         now=now,
         details={"from": previous.url, "to": url},
@@ -224,7 +226,7 @@ def pause_endpoint(
     _audit(
         conn,
         actor=actor,
-        action="endpoint.pause",
+        action=AuditAction.ENDPOINT_PAUSE,
         name=name,
         now=now,
         reason=clean,
@@ -247,7 +249,7 @@ def resume_endpoint(conn: sa.Connection, name: str, *, actor: str, now: datetime
     _audit(
         conn,
         actor=actor,
-        action="endpoint.resume",
+        action=AuditAction.ENDPOINT_RESUME,
         name=name,
         now=now,
         details={"released_jobs": released},
@@ -285,7 +287,7 @@ def disable_endpoint(
         disabled_reason=clean,
         updated_at=now,
     )
-    _audit(conn, actor=actor, action="endpoint.disable", name=name, now=now, reason=clean)
+    _audit(conn, actor=actor, action=AuditAction.ENDPOINT_DISABLE, name=name, now=now, reason=clean)
 
 
 def rotate_secret(
@@ -314,7 +316,7 @@ def rotate_secret(
     _audit(
         conn,
         actor=actor,
-        action="endpoint.rotate_secret",
+        action=AuditAction.ENDPOINT_ROTATE_SECRET,
         name=name,
         now=now,
         details={"previous_valid_until": expires.isoformat()},

@@ -8,9 +8,9 @@ import re
 import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import alerts
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.limits.models import circuit_breakers
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from tests.dashboard.conftest import Browser, dead_job
 from tests.factories import job_row, make_job

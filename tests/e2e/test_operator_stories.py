@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.operator.models import audit_log
 from tests.e2e.conftest import PASSWORD, Seeded
 
 pytestmark = pytest.mark.e2e

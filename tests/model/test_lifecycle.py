@@ -37,14 +37,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from jobdesk.shared.core import transitions
+from jobdesk.shared.core import decisions, transitions
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.claim import JobRef, claim
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.enqueue import enqueue
 from jobdesk.shared.core.job_types import TypeDefaults, register_defaults
 from jobdesk.shared.core.models import effects, job_attempts, jobs
 from jobdesk.shared.core.states import ALLOWED_TRANSITIONS, CANCELLABLE, CLAIMABLE, JobStatus
-from jobdesk.shared.operator.models import audit_log
 
 try:  # triage lands with the dashboard; the machine runs without those rules until then
     from jobdesk.shared.operator import triage
@@ -280,7 +280,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def cancel_jobs(self, data: st.DataObject) -> None:
         ids = data.draw(st.lists(st.sampled_from(sorted(self.status)), unique=True, max_size=3))
         with self._begin() as conn:
-            done = transitions.cancel(conn, ids, actor="model", reason="test", now=self.now)
+            done = decisions.cancel(conn, ids, actor="model", reason="test", now=self.now)
         expected = {j for j in ids if self.status[j] in CANCELLABLE}
         assert set(done) == expected
         for j in done:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,25 @@ def test_jobdesk_tables_without_history_are_named_not_half_migrated(
     with pytest.raises(MigrationError, match=r"has Jobdesk tables \(jobdesk_jobs\) but no"):
         upgrade(empty_engine)
     assert set(sa.inspect(empty_engine).get_table_names()) == {"jobdesk_jobs"}
+
+
+def _literals(sql: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", sql))
+
+
+def test_check_constraints_match_the_models(empty_engine: sa.Engine) -> None:
+    """Autogenerate compares no CHECK constraints: compare their names and the values
+    they allow (the enums behind them) here."""
+    upgrade(empty_engine)
+    inspector = sa.inspect(empty_engine)
+    for table in metadata.tables.values():
+        declared = {
+            str(c.name): _literals(str(c.sqltext))
+            for c in table.constraints
+            if isinstance(c, sa.CheckConstraint)
+        }
+        found = {
+            str(c["name"]): _literals(c["sqltext"])
+            for c in inspector.get_check_constraints(table.name)
+        }
+        assert found == declared, table.name

@@ -183,3 +183,10 @@ def test_the_readme_settings_reference_is_generated_from_the_schema() -> None:
     assert shown == settings_reference().strip(), (
         "README settings reference is stale: paste the output of `jobdesk settings --markdown`"
     )
+
+
+def test_the_proxy_default_role_choices_are_the_dashboard_roles() -> None:
+    from jobdesk.shared.operator.models import Role
+    from jobdesk.shared.settings.model import ROLES
+
+    assert tuple(Role) == ROLES

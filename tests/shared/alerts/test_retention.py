@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.shared.settings.retention import RetentionPolicy
@@ -68,7 +68,7 @@ def test_prunes_by_policy_in_batches_and_keeps_unresolved_dead_letters(
                 outcome="delivered",
             )
         )
-        conn.execute(sa.insert(audit_log).values(at=ago(days=900), actor="ana", action="x"))
+        conn.execute(sa.insert(audit_log).values(at=ago(days=900), actor="ana", action="retry"))
         conn.execute(
             sa.insert(report_runs).values(
                 report="activity", file_path=str(expired_file), expires_at=ago(hours=1)
@@ -128,8 +128,8 @@ def test_max_batches_bounds_one_run(engine: sa.Engine) -> None:
 
 def test_audit_and_alert_retention_only_when_configured(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.insert(audit_log).values(at=ago(days=400), actor="ana", action="x"))
-        conn.execute(sa.insert(audit_log).values(at=ago(days=10), actor="ana", action="y"))
+        conn.execute(sa.insert(audit_log).values(at=ago(days=400), actor="ana", action="retry"))
+        conn.execute(sa.insert(audit_log).values(at=ago(days=10), actor="ana", action="ignore"))
     assert run_once(engine, NOW, Settings()).total == 0
     result = run_once(engine, NOW, env_settings({"retention_audit_days": "365"}))
     assert result.deleted == {"audit_entries": 1}

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.alerts.store import acknowledge_alert, count_open_alerts, list_alerts
-from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.core.audit import audit_log
 from tests.shared.alerts.helpers import NOW
 
 

@@ -1,7 +1,16 @@
 """The lifecycle table is the only authority on state moves."""
 
-from jobdesk.shared.core.states import ALLOWED_TRANSITIONS, FINAL, JobStatus, is_allowed
-from jobdesk.shared.core.transitions import TRANSITIONS
+import inspect
+
+from jobdesk.shared.core import claim, decisions, transitions
+from jobdesk.shared.core.states import (
+    ALLOWED_TRANSITIONS,
+    FINAL,
+    STATE_KEEPING_WRITES,
+    TRANSITIONS,
+    JobStatus,
+    is_allowed,
+)
 
 
 def test_every_transition_function_stays_inside_the_lifecycle_table() -> None:
@@ -18,3 +27,16 @@ def test_final_states_have_no_way_out() -> None:
 
 def test_every_state_is_in_the_table() -> None:
     assert set(ALLOWED_TRANSITIONS) == set(JobStatus)
+
+
+def test_every_write_of_the_core_is_in_the_transition_tables() -> None:
+    """A function that writes jobs and is not in the tables is a state change nobody
+    checked against the lifecycle (the drift the tables exist to prevent)."""
+    writers = {
+        name
+        for module in (claim, transitions, decisions)
+        for name, fn in inspect.getmembers(module, inspect.isfunction)
+        if fn.__module__ == module.__name__ and not name.startswith("_")
+    }
+    assert writers == set(TRANSITIONS) | set(STATE_KEEPING_WRITES)
+    assert not set(TRANSITIONS) & set(STATE_KEEPING_WRITES)

@@ -8,13 +8,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.claim import ClaimedJob, claim
+from jobdesk.shared.core.decisions import cancel
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.retry import ExponentialBackoff, RetryPolicy
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.shared.core.transitions import (
     Completion,
-    cancel,
     complete,
     complete_many,
     extend_lease,
@@ -22,7 +23,6 @@ from jobdesk.shared.core.transitions import (
     rescue_expired,
     snooze,
 )
-from jobdesk.shared.operator.models import audit_log
 from tests.factories import job_row, make_job
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from jobdesk.cli import cli
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.webhooks.endpoints import (
     add_endpoint,
     get_endpoint,

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk import enqueue
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.reports.definitions import ACTIVITY, ReportDefinition, register_report
 from jobdesk.shared.reports.runs import (
     cancel_remaining,

@@ -11,11 +11,11 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk import ValidationError, enqueue
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import effects, jobs
 from jobdesk.shared.core.transitions import rescue_expired
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.webhooks.deliveries import list_deliveries
 from jobdesk.shared.webhooks.endpoints import (
     add_endpoint,

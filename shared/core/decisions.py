@@ -1,0 +1,260 @@
+"""Operator decisions on jobs: the transitions a person triggers, each audited.
+
+Worker-side moves (complete, fail, snooze, rescue) live in `transitions`; these are the
+ones that come from the dashboard, the CLI or a feature acting for an operator:
+
+- `resolve_dead`: write a decision ON dead jobs (`requeued`, `fixed`, `ignored` + who,
+  when, why) with a compare-and-set `WHERE status = 'dead' AND resolution IS NULL`, so
+  of two operators acting on one job the second changes nothing;
+- `requeue_dead`: retry dead jobs as NEW jobs — the one way it is done, for triage and
+  report chunks alike: resolve, copy (type, queue, payload, priority, attempts, timeout,
+  group and idempotency key; `retried_from_id` → the dead one), wake the workers, audit;
+  types no worker can run are refused, not queued to wait forever;
+- `ignore_dead`: resolve as ignored with a reason;
+- `cancel`: stop queued or retrying jobs from running again.
+
+Each writes its audit rows in the caller's transaction, so a decision and its record
+commit together. Dead jobs never change state: the decision is on the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from jobdesk.shared.core import audit
+from jobdesk.shared.core.audit import AuditAction
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import CANCELLABLE, JobStatus, Resolution, sql_values
+from jobdesk.shared.core.validation import serialize_payload
+from jobdesk.shared.core.worker_registry import runnable_types
+
+__all__ = ["Requeued", "cancel", "ignore_dead", "requeue_dead", "resolve_dead"]
+
+#: What a retry copies from the dead job to the new one.
+COPIED = (
+    "job_type",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "timeout_seconds",
+    "group_key",
+    "idempotency_key",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """The outcome of `requeue_dead`: dead id → new job id (in id order), and the jobs
+    skipped because no worker runs their type."""
+
+    new_ids: dict[int, int]
+    unknown_type: tuple[int, ...] = ()
+
+
+def resolve_dead(
+    conn: sa.Connection,
+    ids: Sequence[int],
+    resolution: Resolution,
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime,
+) -> list[int]:
+    """The compare-and-set: mark still-unresolved dead jobs; returns those it marked.
+    Writes no audit row (its callers do, knowing what the decision was for)."""
+    if not ids:
+        return []
+    statement = (
+        sa.update(jobs)
+        .where(
+            jobs.c.id.in_(list(ids)),
+            jobs.c.status == JobStatus.DEAD.value,
+            jobs.c.resolution.is_(None),
+        )
+        .values(
+            resolution=resolution.value,
+            resolved_by=actor,
+            resolved_at=now,
+            resolution_reason=reason,
+            updated_at=now,
+        )
+        .returning(jobs.c.id)
+    )
+    return sorted(conn.execute(statement).scalars())
+
+
+def requeue_dead(
+    conn: sa.Connection,
+    ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str | None,
+    now: datetime,
+    action: AuditAction = AuditAction.RETRY,
+    resolution: Resolution = Resolution.REQUEUED,
+    payload: Mapping[str, Any] | None = None,
+    subject: str | None = None,
+    details: Mapping[str, Any] | None = None,
+    details_for: Mapping[int, Mapping[str, Any]] | None = None,
+) -> Requeued:
+    """Retry the still-unresolved dead jobs among `ids` as new jobs (see the module).
+
+    `payload` replaces the copied payload (fix & retry of one job; already validated by
+    the caller). Audit rows carry `action`, `subject`, `details` (plus `details_for[id]`).
+    """
+    if not ids:
+        return Requeued({})
+    if payload is not None and len(ids) != 1:
+        raise ValueError("a replacement payload is for one job at a time")
+    candidates = conn.execute(
+        sa.select(jobs.c.id, jobs.c.job_type).where(
+            jobs.c.id.in_(list(ids)),
+            jobs.c.status == JobStatus.DEAD.value,
+            jobs.c.resolution.is_(None),
+        )
+    ).all()
+    runnable = runnable_types(conn)
+    unknown = tuple(sorted(row.id for row in candidates if row.job_type not in runnable))
+    wanted = sorted(row.id for row in candidates if row.job_type in runnable)
+    resolved = resolve_dead(conn, wanted, resolution, actor=actor, reason=reason, now=now)
+    mapping = _copy_as_new(conn, resolved, now)
+    if payload is not None and mapping:
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(list(mapping.values())))
+            .values(payload=serialize_payload(payload))
+        )
+    _notify(conn, mapping.values())
+    audit.record_many(
+        conn,
+        (
+            {
+                "actor": actor,
+                "action": action,
+                "job_id": old,
+                "new_job_id": new,
+                "subject": subject,
+                "reason": reason,
+                "details": _details(details, (details_for or {}).get(old)),
+            }
+            for old, new in mapping.items()
+        ),
+        now=now,
+    )
+    return Requeued(mapping, unknown)
+
+
+def ignore_dead(
+    conn: sa.Connection,
+    ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Resolve the still-unresolved dead jobs among `ids` as ignored; returns them."""
+    resolved = resolve_dead(conn, ids, Resolution.IGNORED, actor=actor, reason=reason, now=now)
+    audit.record_many(
+        conn,
+        (
+            {
+                "actor": actor,
+                "action": AuditAction.IGNORE,
+                "job_id": job_id,
+                "reason": reason,
+                "details": _details(details, None),
+            }
+            for job_id in resolved
+        ),
+        now=now,
+    )
+    return resolved
+
+
+def cancel(
+    conn: sa.Connection,
+    job_ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    subject: str | None = None,
+) -> list[int]:
+    """Stop queued or retrying jobs from running again; returns the ones cancelled."""
+    if not job_ids:
+        return []
+    cancelled = sorted(
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
+            .values(status=JobStatus.CANCELLED.value, finished_at=now, updated_at=now)
+            .returning(jobs.c.id)
+        ).scalars()
+    )
+    audit.record_many(
+        conn,
+        (
+            {
+                "actor": actor,
+                "action": AuditAction.CANCEL,
+                "job_id": job_id,
+                "subject": subject,
+                "reason": reason,
+            }
+            for job_id in cancelled
+        ),
+        now=now,
+    )
+    return cancelled
+
+
+def _details(
+    shared: Mapping[str, Any] | None, own: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    if shared is None and own is None:
+        return None
+    return {**(shared or {}), **(own or {})}
+
+
+def _copy_as_new(conn: sa.Connection, ids: Sequence[int], now: datetime) -> dict[int, int]:
+    """INSERT … SELECT new queued jobs from dead ones; returns {dead id: new id}."""
+    if not ids:
+        return {}
+    stamp = sa.literal(now, jobs.c.created_at.type)
+    source = sa.select(*(jobs.c[name] for name in COPIED), jobs.c.id, stamp, stamp, stamp).where(
+        jobs.c.id.in_(list(ids))
+    )
+    statement = (
+        sa.insert(jobs)
+        .from_select(
+            [*COPIED, "retried_from_id", "next_run_at", "created_at", "updated_at"], source
+        )
+        .returning(jobs.c.retried_from_id, jobs.c.id)
+    )
+    return dict(sorted((int(old), int(new)) for old, new in conn.execute(statement)))
+
+
+def _notify(conn: sa.Connection, new_ids: Iterable[int]) -> None:
+    """Wake idle workers (PostgreSQL) for the queues that just received jobs; delivered
+    when the caller commits, like an enqueue's."""
+    ids = list(new_ids)
+    if not ids or not is_postgresql(conn):
+        return
+    queues = sorted(
+        conn.execute(sa.select(jobs.c.queue).where(jobs.c.id.in_(ids)).distinct()).scalars()
+    )
+    conn.execute(
+        sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, sa.column("q"))).select_from(
+            sa.func.unnest(sa.literal(queues, pg.ARRAY(sa.Text))).alias("q")
+        )
+    )
