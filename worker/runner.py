@@ -57,6 +57,7 @@ from jobdesk.worker.executor import Attempt, execute, make_attempt
 from jobdesk.worker.heartbeat import Heartbeat
 from jobdesk.worker.listener import Listener
 from jobdesk.worker.maintenance.scheduler import Maintenance
+from jobdesk.worker.maintenance.tasks import MaintenanceContext
 from jobdesk.worker.pool import SlotPool
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
@@ -187,8 +188,12 @@ class Runner:
                 engine, self._on_queues, connect_timeout=settings.db_connect_timeout_seconds
             )
         self.maintenance = Maintenance(
-            engine,
-            settings,
+            MaintenanceContext(
+                engine,
+                settings,
+                policy_for=self.registry.policy_for,
+                heartbeat_seconds=config.heartbeat_seconds,
+            ),
             holder=self.worker_id,
             leader_ttl=config.leader_lease_seconds,
             clock=self.clock.now,

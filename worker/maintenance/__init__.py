@@ -1,2 +1,2 @@
 """Maintenance run by the elected leader among all worker processes (APScheduler clock,
-database decides): the reaper, worker-table pruning, and whatever `tasks.TASKS` lists."""
+database decides): the reaper, worker-table pruning, alerts and retention (`tasks`)."""

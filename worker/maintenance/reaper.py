@@ -3,8 +3,8 @@ go back to `failed` with backoff, or to `dead` when their attempts are spent; th
 attempt is recorded as `lost` with the error "worker lost" (F1, G4).
 
 A live worker keeps extending its jobs' leases, so only abandoned jobs are touched.
-Retry policies come from the job types this process registered; a type it does not
-know retries with the default backoff.
+Retry policies come from the job types the running worker registered (its
+`MaintenanceContext`); a type it does not know retries with the default backoff.
 
 After the reaper itself lost contact with the database (an outage, a pause, a new
 leader), every lease looks expired the moment contact returns — including those of
@@ -20,12 +20,16 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.transitions import rescue_expired
 from jobdesk.shared.settings import Settings
-from jobdesk.worker.registry import registry
+
+if TYPE_CHECKING:
+    from jobdesk.worker.maintenance.tasks import MaintenanceContext
 
 log = logging.getLogger("jobdesk.maintenance.reaper")
 
@@ -35,16 +39,12 @@ BATCH = 500
 MAX_BATCHES = 20
 
 
-def interval_seconds(settings: Settings) -> float:
-    return settings.reaper_interval_seconds
-
-
-def run_once(engine: sa.Engine, now: datetime, settings: Settings) -> int:
+def run_once(engine: sa.Engine, now: datetime, *, policy_for: Callable[[str], RetryPolicy]) -> int:
     """Rescue every job whose lease expired before `now`; returns how many."""
     total = 0
     for _ in range(MAX_BATCHES):
         with engine.begin() as conn:
-            rescued = rescue_expired(conn, now=now, policy_for=registry.policy_for, limit=BATCH)
+            rescued = rescue_expired(conn, now=now, policy_for=policy_for, limit=BATCH)
         total += len(rescued)
         for job_id, status in rescued:
             log.warning(
@@ -61,19 +61,25 @@ def run_once(engine: sa.Engine, now: datetime, settings: Settings) -> int:
 class ContactGuard:
     """Holds reaper passes back until contact with the database has lasted a while."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        reaper_interval_seconds: float,
+        heartbeat_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._gap_limit = max(3 * reaper_interval_seconds, heartbeat_seconds)
+        self._hold = 1.5 * heartbeat_seconds
         self._clock = clock
         self._last_ok: float | None = None
         self._contact_since: float | None = None
 
-    def holding(self, settings: Settings) -> bool:
+    def holding(self) -> bool:
         now = self._clock()
-        gap_limit = max(3 * settings.reaper_interval_seconds, settings.heartbeat_seconds)
-        if self._last_ok is not None and now - self._last_ok <= gap_limit:
+        if self._last_ok is not None and now - self._last_ok <= self._gap_limit:
             return False
         if self._contact_since is None:
             return True
-        return now - self._contact_since < 1.5 * settings.heartbeat_seconds
+        return now - self._contact_since < self._hold
 
     def contact(self) -> None:
         """The database answered; the hold-back period starts at the first answer."""
@@ -88,21 +94,36 @@ class ContactGuard:
         self._contact_since = None
 
 
-_guard = ContactGuard()
+class Reaper:
+    """The reaper task of one scheduler, with its own contact guard."""
 
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._guard: ContactGuard | None = None
 
-def scheduled_run(engine: sa.Engine, now: datetime, settings: Settings) -> int:
-    """`run_once` as the leader's scheduler runs it: held back after lost contact."""
-    try:
-        if _guard.holding(settings):
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))  # raises while the database is away
-            _guard.contact()
-            if _guard.holding(settings):
-                return 0
-        rescued = run_once(engine, now, settings)
-    except Exception:
-        _guard.failed()
-        raise
-    _guard.succeeded()
-    return rescued
+    @staticmethod
+    def interval_seconds(settings: Settings) -> float:
+        return settings.reaper_interval_seconds
+
+    def scheduled_run(self, ctx: MaintenanceContext, now: datetime) -> int:
+        """`run_once` as the leader's scheduler runs it: held back after lost contact,
+        for 1.5 of this worker's effective heartbeats (a 4 s lease heartbeats every
+        1.33 s, not every `JOBDESK_HEARTBEAT_SECONDS`)."""
+        if self._guard is None:
+            self._guard = ContactGuard(
+                ctx.settings.reaper_interval_seconds, ctx.heartbeat_seconds, self._clock
+            )
+        guard = self._guard
+        try:
+            if guard.holding():
+                with ctx.engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))  # raises while the database is away
+                guard.contact()
+                if guard.holding():
+                    return 0
+            rescued = run_once(ctx.engine, now, policy_for=ctx.policy_for)
+        except Exception:
+            guard.failed()
+            raise
+        guard.succeeded()
+        return rescued

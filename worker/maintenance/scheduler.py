@@ -1,8 +1,9 @@
 """APScheduler 3.x as a clock for maintenance; the database decides who acts.
 
 Every worker process runs this scheduler (never the dashboard). One job renews — or
-tries to take — the `leader` lease every third of its TTL; each task in `TASKS` runs on
-its own interval but does nothing unless this process holds the lease. Tasks are
+tries to take — the `leader` lease every third of its TTL; each maintenance task runs on
+its own interval but does nothing unless this process holds the lease, acting for the
+`MaintenanceContext` it was given (this worker's engine, settings and job types). Tasks are
 idempotent, so the short overlap when leadership changes hands is harmless. Any error
 is logged and the task simply runs again next tick: a database outage never stops the
 scheduler or crash-loops the worker.
@@ -17,13 +18,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from jobdesk.shared.core.leader import LEADER, acquire_lease, release_lease
-from jobdesk.shared.settings import Settings
-from jobdesk.worker.maintenance.tasks import TASKS, MaintenanceTask
+from jobdesk.worker.maintenance.tasks import MaintenanceContext, MaintenanceTask, default_tasks
 from jobdesk.worker.resilience import DB_ERRORS
 
 log = logging.getLogger("jobdesk.maintenance")
@@ -34,20 +33,20 @@ class Maintenance:
 
     def __init__(
         self,
-        engine: sa.Engine,
-        settings: Settings,
+        context: MaintenanceContext,
         *,
         holder: str,
         leader_ttl: float,
         clock: Callable[[], datetime],
         tasks: list[MaintenanceTask] | None = None,
     ) -> None:
-        self._engine = engine
-        self._settings = settings
+        self._context = context
+        self._engine = context.engine
+        self._settings = context.settings
         self._holder = holder
         self._ttl = timedelta(seconds=leader_ttl)
         self._clock = clock
-        self._tasks = TASKS if tasks is None else tasks
+        self._tasks = default_tasks() if tasks is None else tasks
         self._lock = threading.Lock()
         self._leader_until = 0.0  # monotonic time our lease is known good until
         self.runs: dict[str, int] = {}
@@ -112,7 +111,7 @@ class Maintenance:
         if not self.is_leader:
             return
         try:
-            task.run_once(self._engine, self._clock(), self._settings)
+            task.run(self._context, self._clock())
         except DB_ERRORS as exc:
             log.warning(
                 "maintenance task %s: database unavailable (%s); retrying next tick",

@@ -1,11 +1,16 @@
-"""The maintenance task list the leader's scheduler runs.
+"""The maintenance tasks the leader's scheduler runs, and what they act for.
 
-Each task is a `MaintenanceTask(name, interval_seconds, run_once)`: `interval_seconds`
-reads its period from `Settings`, `run_once(engine, now, settings)` does one idempotent
-pass (its own transactions; running twice, or on two leaders during a hand-over, is
-harmless) and may raise — the scheduler logs it and tries again next tick, so a
-database outage never crash-loops the worker. Feature modules append their tasks to
-`TASKS` at import time of this module's neighbours, or below.
+Each task is a `MaintenanceTask(name, interval_seconds, run)`: `interval_seconds` reads
+its period from `Settings`; `run(context, now)` does one idempotent pass (its own
+transactions; running twice, or on two leaders during a hand-over, is harmless) and may
+raise — the scheduler logs it and tries again next tick, so a database outage never
+crash-loops the worker.
+
+`MaintenanceContext` carries everything a task acts for — the engine, the settings,
+the retry policies of the job types this worker registered and its effective heartbeat
+— so a runner built with its own registry rescues jobs with its own policies, and two
+runners in one process never share state. `default_tasks()` builds a fresh set per
+scheduler (the reaper keeps per-process contact state).
 """
 
 from __future__ import annotations
@@ -16,20 +21,46 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.settings import Settings
-from jobdesk.worker.maintenance import alerter, pruner, reaper, worker_pruner
+from jobdesk.worker.maintenance import alerter, pruner, worker_pruner
+from jobdesk.worker.maintenance.reaper import Reaper
+
+
+@dataclass(frozen=True)
+class MaintenanceContext:
+    engine: sa.Engine
+    settings: Settings
+    #: The retry policy of each job type this worker registered (unknown: the default).
+    policy_for: Callable[[str], RetryPolicy]
+    #: How often this worker's heartbeats renew leases (at most a third of the lease).
+    heartbeat_seconds: float
 
 
 @dataclass(frozen=True)
 class MaintenanceTask:
     name: str
     interval_seconds: Callable[[Settings], float]
-    run_once: Callable[[sa.Engine, datetime, Settings], object]
+    run: Callable[[MaintenanceContext, datetime], object]
 
 
-TASKS: list[MaintenanceTask] = [
-    MaintenanceTask("reaper", reaper.interval_seconds, reaper.scheduled_run),
-    MaintenanceTask("worker_pruner", worker_pruner.interval_seconds, worker_pruner.run_once),
-    MaintenanceTask("alerter", alerter.interval_seconds, alerter.run_once),
-    MaintenanceTask("pruner", pruner.interval_seconds, pruner.run_once),
-]
+def default_tasks() -> list[MaintenanceTask]:
+    reaper = Reaper()
+    return [
+        MaintenanceTask("reaper", reaper.interval_seconds, reaper.scheduled_run),
+        MaintenanceTask(
+            "worker_pruner",
+            worker_pruner.interval_seconds,
+            lambda ctx, now: worker_pruner.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "alerter",
+            alerter.interval_seconds,
+            lambda ctx, now: alerter.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "pruner",
+            pruner.interval_seconds,
+            lambda ctx, now: pruner.run_once(ctx.engine, now, ctx.settings),
+        ),
+    ]
