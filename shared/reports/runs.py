@@ -25,16 +25,15 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
+from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.decisions import cancel, requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError
 from jobdesk.shared.core.masking import sanitize_error
-from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import CANCELLABLE, JobStatus, sql_values
 from jobdesk.shared.reports.models import ReportRunStatus, report_chunk_results, report_runs
-from jobdesk.shared.core.states import CANCELLABLE, JobStatus, Resolution, sql_values
-from jobdesk.shared.core import audit
-from jobdesk.shared.core.decisions import cancel, requeue_dead
 
 RUNNING, ASSEMBLING = ReportRunStatus.RUNNING, ReportRunStatus.ASSEMBLING
 SUCCEEDED, FAILED = ReportRunStatus.SUCCEEDED, ReportRunStatus.FAILED

@@ -1,0 +1,3 @@
+"""The host app's own `shared` package: Jobdesk must never shadow or replace it."""
+
+OWNER = "host-app"

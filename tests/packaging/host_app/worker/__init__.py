@@ -1,0 +1,3 @@
+"""The host app's own `worker` package (no PermanentError here, on purpose)."""
+
+OWNER = "host-app"
