@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
+from jobdesk.shared.core.validation import MAX_DEPTH
 
 
 @cli.command()
@@ -54,6 +55,10 @@ def _parse_payload(raw: str) -> Any:
         return json.loads(raw, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise click.BadParameter(f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise click.BadParameter(f"not usable JSON: {exc}") from None
 
 
 def _refuse_constant(name: str) -> Any:

@@ -105,14 +105,17 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
             fresh.append(row)
         elif key not in first_with_key:
             first_with_key[key] = row
-            fresh.append(row)
+    # Keyed rows go in key order, whatever the input order: two batches that share keys
+    # then take the unique index's entries in the same order and one waits for the
+    # other instead of deadlocking (B17). Unkeyed rows keep their order (ids line up).
+    fresh += [first_with_key[key] for key in sorted(first_with_key)]
     unkeyed_ids, by_key = _insert(conn, fresh)
     missing = [key for key in first_with_key if key not in by_key]
     for _ in range(_KEY_RETRIES):
         if not missing:
             break
         by_key.update(_existing_ids(conn, missing))
-        retry = [first_with_key[key] for key in missing if key not in by_key]
+        retry = [first_with_key[key] for key in sorted(missing) if key not in by_key]
         if retry:
             # Their holder vanished between the conflict and the lookup (pruned or
             # rolled back): the key is free again, so insert them after all.

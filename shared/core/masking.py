@@ -1,8 +1,10 @@
 """Keeping secrets out of storage and off the screen.
 
 - `mask_text`: for errors and response bodies, applied at write time — Authorization
-  headers, Bearer tokens, `token=`/`key=`/`password=` query parameters, passwords in
-  URLs and card numbers (Luhn-checked) are replaced with `***`.
+  and Cookie headers, Bearer tokens, any `name=value` / `name: value` whose name says
+  secret (`client_secret=`, `X-Api-Key:`, `"clientSecret":`, `AWS_SECRET_ACCESS_KEY=`),
+  known token shapes (`whsec_…`, `sk_live_…`, GitHub/GitLab/Slack tokens, AWS key ids,
+  JWTs), passwords in URLs and card numbers (Luhn-checked) are replaced with `***`.
 - `mask_payload`: for payloads at render time — values under secret-looking keys, and
   any string that `mask_text` would change; viewers additionally get masked emails.
 - `sanitize_error`: NUL removed, invalid UTF-8 replaced, secrets masked, bounded length
@@ -23,7 +25,7 @@ MAX_ERROR_CHARS = 4000
 
 _SECRET_KEY = re.compile(
     r"pass(word|wd)?|secret|token|authorization|api[_-]?key|access[_-]?key|private[_-]?key|"
-    r"credential|card[_-]?number|^cvv$|^cvc$|^ssn$|session|cookie",
+    r"signing[_-]?key|credential|signature|card[_-]?number|^cvv$|^cvc$|^ssn$|session|cookie",
     re.IGNORECASE,
 )
 # The header's value is an optional scheme word plus the credential; only those are masked,
@@ -32,10 +34,31 @@ _AUTH_HEADER = re.compile(
     r"(?i)\b(authorization|proxy-authorization)([\"']?[ \t]*[:=][ \t]*[\"']?)"
     r"((?:[A-Za-z][A-Za-z0-9_-]*[ \t]+)?[^\s\"',;]+)"
 )
+# Headers whose whole value is a credential list (cookies): masked up to the line's end
+# or the closing quote.
+_COOKIE_HEADER = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*)([^\r\n\"']+)")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
+# `name=value` / `name: value` / `"name": "value"` where the name says secret: the
+# secret word may sit anywhere in it (`client_secret`, `AWS_SECRET_ACCESS_KEY`,
+# `X-Api-Key`, `private_token`, `clientSecret`); a bare `key`/`sig`/`pwd` counts too.
+_CREDENTIAL_NAMES = (
+    r"[A-Za-z0-9_.-]*?(?:secret|token(?!s)|passw(?:or)?d|api[_-]?key|apikey|access[_-]?key|"
+    r"private[_-]?key|signing[_-]?key|client[_-]?key|credentials?|signature)[A-Za-z0-9_.-]*"
+    r"|key|sig|pwd|auth"
+)
 _QUERY_SECRET = re.compile(
-    r"(?i)([?&;\s\"'{,]|^)((?:access_|api_|refresh_|id_)?(?:token|key|apikey|secret|password|passwd|pwd|signature|sig)"
-    r"[\"']?\s*[=:]\s*[\"']?)([^&\s\"',;}]+)"
+    rf"(?i)([?&;\s\"'{{,(]|^)((?:{_CREDENTIAL_NAMES})[\"']?\s*[=:]\s*[\"']?)([^&\s\"',;}}]+)"
+)
+# Credentials recognisable by their shape wherever they appear.
+_KNOWN_TOKENS = re.compile(
+    r"\b(?:whsec_[A-Za-z0-9+/=]{16,}"  # Standard Webhooks signing secrets
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}"  # Stripe secret / restricted keys
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub tokens
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|AKIA[0-9A-Z]{16}"  # AWS access key ids
+    r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"  # JWTs
 )
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)")
 _CARD = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
@@ -74,6 +97,8 @@ def _mask_card(match: re.Match[str]) -> str:
 def mask_text(text: str) -> str:
     """Replace credentials and card numbers inside free text with `***`."""
     text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    text = _COOKIE_HEADER.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _KNOWN_TOKENS.sub(MASK, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}{m.group(3)}", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)

@@ -30,6 +30,16 @@ NAME_PATTERN = re.compile(rf"[a-z0-9._-]{{1,{NAME_LENGTH}}}")
 #: Jobs scheduled further ahead than this are almost always a unit bug (ms vs s).
 SCHEDULE_HORIZON = timedelta(days=366)
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Deepest nesting of objects and arrays a payload (or a result) may have. Payloads are
+#: small inputs — ids and options — and a deeply nested document is a bug or an attack:
+#: decoding one costs every reader a deep recursion (claim, dashboard, reports).
+MAX_DEPTH = 100
+#: JSON integers must fit in 64 bits: beyond that they lose precision in most JSON
+#: readers and a 5,000-digit number costs quadratic time to convert.
+INT_RANGE = (-(2**63), 2**63 - 1)
+#: Nineteen digits in a row in the encoded text: possibly an integer beyond 64 bits (or
+#: just digits inside a string), which the slow walk then tells apart.
+_LONG_NUMBER = re.compile(r"\d{19}")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -107,9 +117,9 @@ def serialize_payload(
     """Serialise a payload to strict JSON, or raise `ValidationError` naming the culprit.
 
     Fast path (enqueue's hot loop): one C-level `json.dumps`, a walk over the containers
-    only to refuse non-string keys (`json` would silently turn `{1: …}` into `{"1": …}`),
-    and a substring test for NUL. Only a failure pays for the slow walk that names the
-    exact field.
+    only to refuse non-string keys (`json` would silently turn `{1: …}` into `{"1": …}`)
+    and nesting deeper than `MAX_DEPTH`, and substring tests for NUL and long numbers.
+    Only a failure pays for the slow walk that names the exact field.
     """
     if not isinstance(payload, dict):
         if not isinstance(payload, Mapping):
@@ -117,18 +127,27 @@ def serialize_payload(
                 "payload", f"must be a JSON object (dict), got {type(payload).__name__}"
             )
         payload = dict(payload)
+    return serialize_document("payload", payload, max_bytes)
+
+
+def serialize_document(field: str, document: object, max_bytes: int) -> SerializedJSON:
+    """`serialize_payload` for any JSON value (a handler's result, a progress record)."""
+    payload = document
     try:
+        nested = isinstance(payload, _CONTAINERS) and not _shape_ok(payload, 1)
+        if nested or (type(payload) is int and not INT_RANGE[0] <= payload <= INT_RANGE[1]):
+            _locate_problem(payload, field)
         text = _ENCODER.encode(payload)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-        _locate_problem(payload, "payload")
-        raise ValidationError("payload", "is not valid JSON") from None
+        _locate_problem(payload, field)
+        raise ValidationError(field, "is not valid JSON") from None
     # json escapes NUL as \u0000; the slow walk confirms and names the field.
-    if "\\u0000" in text or not _string_keys_only(payload):
-        _locate_problem(payload, "payload")
+    if "\\u0000" in text or _LONG_NUMBER.search(text):
+        _locate_problem(payload, field)
     if size > max_bytes:
         raise ValidationError(
-            "payload",
+            field,
             f"is {size:,} bytes; the limit is {max_bytes:,} bytes — store large data elsewhere "
             "and pass a reference (an id)",
         )
@@ -139,17 +158,20 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _CONTAINERS = (dict, list, tuple)
 
 
-def _string_keys_only(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
-    """True when every object key at every depth is a `str` (containers only visited)."""
+def _shape_ok(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> bool:
+    """True when every object key at every depth is a `str` and nothing is nested deeper
+    than `MAX_DEPTH` (containers only are visited, so this stays cheap)."""
+    if depth > MAX_DEPTH:
+        return False
     if isinstance(value, dict):
         for key, item in value.items():
             if type(key) is not str:
                 return False
-            if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
+            if isinstance(item, _CONTAINERS) and not _shape_ok(item, depth + 1):
                 return False
         return True
     for item in value:
-        if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
+        if isinstance(item, _CONTAINERS) and not _shape_ok(item, depth + 1):
             return False
     return True
 
@@ -163,11 +185,17 @@ def _check_encodable(field: str, text: str) -> None:
         raise ValidationError(field, "contains a lone surrogate (invalid Unicode)") from None
 
 
-def _locate_problem(value: Any, path: str, depth: int = 0) -> None:
+def _locate_problem(value: Any, path: str, depth: int = 1) -> None:
     """Walk the value and raise a ValidationError for the first thing JSON cannot hold."""
-    if depth > 100:
-        raise ValidationError(path, "is nested more than 100 levels deep")
-    if value is None or isinstance(value, bool | int):
+    if depth > MAX_DEPTH and isinstance(value, Mapping | list | tuple):
+        raise ValidationError(
+            path.split(".", 1)[0], f"is nested more than {MAX_DEPTH} levels deep (at {path[:80]}…)"
+        )
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            raise ValidationError(path, "is an integer beyond 64 bits; pass it as a string")
         return
     if isinstance(value, str):
         _check_encodable(path, value)

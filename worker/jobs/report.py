@@ -162,6 +162,21 @@ def _run_chunk(ctx: JobContext, run_id: int, index: int, after: int, upto: int) 
     return result
 
 
+#: A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV
+#: injection"): `=HYPERLINK(...)` in a job type or subject would run when opened.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell a spreadsheet shows as text: text that would start a formula
+    gets a leading `'`; empty for None; numbers as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def assemble(ctx: JobContext, run_id: int, definition: ReportDefinition) -> dict[str, Any]:
     """Merge the stored chunk results into the CSV and mark the run succeeded."""
     cfg = jobs_config(ctx.settings)
@@ -180,7 +195,7 @@ def assemble(ctx: JobContext, run_id: int, definition: ReportDefinition) -> dict
             writer = csv.writer(handle)
             writer.writerow(definition.columns)
             for key in sorted(totals, key=lambda k: tuple("" if v is None else v for v in k)):
-                writer.writerow([*("" if v is None else v for v in key), totals[key]])
+                writer.writerow([*(csv_cell(v) for v in key), totals[key]])
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, final)

@@ -150,3 +150,47 @@ def test_sqlite_threads_claiming_at_once_never_double_claim_nor_lock_out(db_url:
     assert errors == []  # in particular no "database is locked"
     assert oversized == []
     assert sorted(claimed) == sorted(expected)
+
+
+def _enqueue_keys(
+    engine: sa.Engine,
+    keys: list[str],
+    barrier: threading.Barrier,
+    results: list[list[int]],
+    errors: list[BaseException],
+) -> None:
+    try:
+        with engine.begin() as conn:
+            barrier.wait(5)
+            specs = [NewJob("test.noop", {"k": key}, idempotency_key=key) for key in keys]
+            results.append(enqueue_many(conn, specs))
+    except BaseException as exc:  # reported by the test
+        errors.append(exc)
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.slow
+def test_enqueue_many_of_shared_keys_in_opposite_orders_never_deadlocks(db_url: str) -> None:
+    """B17: two transactions enqueueing the same keys in opposite orders, 30 rounds."""
+    engine = make_engine(db_url, settings=Settings(), pool_size=4)
+    try:
+        for round_ in range(30):
+            keys = [f"order:{round_}:{n}" for n in range(4)]
+            barrier = threading.Barrier(2)
+            results: list[list[int]] = []
+            errors: list[BaseException] = []
+            pair = [
+                threading.Thread(
+                    target=_enqueue_keys, args=(engine, order, barrier, results, errors)
+                )
+                for order in (keys, list(reversed(keys)))
+            ]
+            for thread in pair:
+                thread.start()
+            for thread in pair:
+                thread.join(30)
+            assert errors == [], f"round {round_}: {errors!r}"
+            assert len(results) == 2
+            assert sorted(results[0]) == sorted(results[1])  # both got the same four jobs
+    finally:
+        engine.dispose()

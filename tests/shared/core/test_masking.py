@@ -119,3 +119,48 @@ def test_fingerprint_groups_the_same_failure_with_different_details() -> None:
     assert fingerprint("KeyError: 'user_7'\n  File x.py line 3") == fingerprint(
         "KeyError: 'user_9'"
     )
+
+
+#: B15: credential shapes an earlier rule set missed, each as it shows up in real errors.
+B15 = [
+    ("token endpoint said: client_secret=cs_9x8y7z6w5v is invalid", "cs_9x8y7z6w5v"),
+    ("POST /v2/send?api-key=AK-778899aabb failed", "AK-778899aabb"),
+    ("gitlab: private_token=glp_11223344 expired", "glp_11223344"),
+    ("sent headers: X-Api-Key: xk-55aa66bb77cc", "xk-55aa66bb77cc"),
+    ("upstream 401 (X-Auth-Token: at-0099887766)", "at-0099887766"),
+    ("request Cookie: sessionid=abc123def; csrftoken=zz99", "sessionid=abc123def"),
+    ("response Set-Cookie: sid=s3ss10n; Path=/; HttpOnly", "sid=s3ss10n"),
+    ("env: AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCY", "wJalrXUtnFEMI/K7MDENG"),
+    ('{"clientSecret": "cS-4455667788", "scope": "read"}', "cS-4455667788"),
+    (
+        "signing with whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw failed",
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    ),
+    ("stripe error for sk_live_51H8abcdEFGHijkl (no such customer)", "51H8abcdEFGHijkl"),
+    ("ghp_ABCDEFGHIJKLMNOPQRSTuvwxyz0123456789 rejected", "ABCDEFGHIJKLMNOPQRSTuvwxyz"),
+    ("slack said invalid_auth for xoxb-1234567890-abcdefghij", "1234567890-abcdefghij"),
+    ("aws key AKIAIOSFODNN7EXAMPLE is disabled", "AKIAIOSFODNN7EXAMPLE"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjMifQ.c2lnbmF0dXJlMTIz expired", "eyJzdWIiOiIxMjMifQ"),
+    ("webhook to https://crm.test/hook?token=t0k3n-abc&x=1 timed out", "t0k3n-abc"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), B15, ids=[row[1][:12] for row in B15])
+def test_b15_more_credential_shapes_are_masked(text: str, secret: str) -> None:
+    masked = mask_text(text)
+    assert secret not in masked, masked
+    assert MASK in masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tokens_left: none",
+        "Set the header and retry",
+        "the cookie jar is empty",
+        "skipping sk_ prefix check",
+        "template=welcome status=dead attempts=5",
+    ],
+)
+def test_b15_rules_keep_ordinary_text(text: str) -> None:
+    assert mask_text(text) == text

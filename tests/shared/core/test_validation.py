@@ -188,3 +188,40 @@ def test_check_constraints_back_up_validation_on_both_databases(engine: sa.Engin
 def test_backoff_at_attempt_60_is_capped_not_overflowing() -> None:
     backoff = ExponentialBackoff(timedelta(seconds=1), timedelta(hours=1))
     assert backoff.delay(60) <= timedelta(hours=1)
+
+
+def _nested(levels: int) -> dict[str, object]:
+    document: dict[str, object] = {}
+    inner = document
+    for _ in range(levels - 1):
+        child: dict[str, object] = {}
+        inner["a"] = child
+        inner = child
+    return document
+
+
+@pytest.mark.parametrize("levels", [101, 500, 1000, 5000])
+def test_b11_payloads_nested_past_the_limit_are_refused(conn: sa.Connection, levels: int) -> None:
+    with pytest.raises(ValidationError, match="nested more than 100 levels deep") as caught:
+        enqueue(conn, "test.noop", _nested(levels))
+    assert caught.value.field == "payload"
+    assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 0
+
+
+def test_b11_a_payload_at_the_limit_is_accepted(conn: sa.Connection) -> None:
+    assert enqueue(conn, "test.noop", _nested(100)) > 0
+
+
+@pytest.mark.parametrize(
+    "number", [2**63, -(2**63) - 1, 10**5000], ids=["2^63", "-2^63-1", "5000 digits"]
+)
+def test_integers_beyond_64_bits_are_refused_naming_the_field(
+    conn: sa.Connection, number: int
+) -> None:
+    with pytest.raises(ValidationError, match="beyond 64 bits") as caught:
+        enqueue(conn, "test.noop", {"ids": [1, number]})
+    assert caught.value.field == "payload.ids[1]"
+
+
+def test_digits_inside_strings_are_fine(conn: sa.Connection) -> None:
+    assert enqueue(conn, "test.noop", {"card_ref": "12345678901234567890123", "n": 2**63 - 1})

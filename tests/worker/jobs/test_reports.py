@@ -356,3 +356,35 @@ def test_empty_source_still_produces_a_report(engine: sa.Engine) -> None:
 def test_activity_definition_is_registered() -> None:
     assert ACTIVITY.columns == ("day", "job_type", "status", "jobs")
     assert FLAKY_REPORT.columns == ("status", "count")
+
+
+def test_cells_that_would_start_a_formula_are_written_as_text(engine: sa.Engine) -> None:
+    """CSV injection (OWASP): a subject from a payload must not become a formula."""
+    hostile = ['=HYPERLINK("http://x","x")', "+1+1", "-2+3", "@SUM(A1)", "\tcmd", "plain"]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(jobs),
+            [
+                {
+                    "job_type": "seed.signup",
+                    "queue": "seed",
+                    "payload": {"template": subject},
+                    "status": "succeeded",
+                    "created_at": DAY,
+                    "finished_at": DAY,
+                }
+                for subject in hostile
+            ],
+        )
+    job_id = request(engine, "nightly_activity", date=DAY.date().isoformat())
+    drain(engine, queues=REPORTS)
+    lines = read_csv(run_of(engine, job_id)["file_path"])
+    subjects = {line["subject"] for line in lines if line["job_type"] == "seed.signup"}
+    assert subjects == {
+        '\'=HYPERLINK("http://x","x")',
+        "'+1+1",
+        "'-2+3",
+        "'@SUM(A1)",
+        "'\tcmd",
+        "plain",
+    }
