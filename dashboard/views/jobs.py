@@ -11,6 +11,7 @@ from flask import Blueprint, Response, request
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.filters import (
     PAGE_SIZES,
@@ -21,7 +22,13 @@ from jobdesk.shared.operator.filters import (
     JobFilters,
 )
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.queries import Page, job_detail, job_status, list_jobs
+from jobdesk.shared.operator.queries import (
+    Page,
+    job_detail,
+    job_status,
+    list_jobs,
+    stored_document,
+)
 
 bp = Blueprint("jobs", __name__)
 
@@ -74,6 +81,19 @@ def detail(job_id: int) -> Any:
     return render(
         "jobs/detail.html", detail=found, job=found.job, now=now, final=found.job["status"] in FINAL
     )
+
+
+@bp.get("/jobs/<int:job_id>/<any(payload, result):name>.json")
+@auth.requires(Role.OPERATOR)
+def raw_document(job_id: int, name: str) -> Any:
+    """The stored document as it is in the database (secrets masked in the text), for
+    documents too large, too deep or too broken to show on the page."""
+    with db.read() as conn:
+        text = stored_document(conn, job_id, name)
+    response = Response(mask_text(text or "null"), mimetype="application/json")
+    response.headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-{name}.json"'
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @bp.get("/jobs/<int:job_id>/status")

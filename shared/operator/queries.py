@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.documents import decode_document
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
@@ -353,10 +354,20 @@ def group_lane(conn: sa.Connection, job: dict[str, Any], limit: int = 10) -> Gro
 
 def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
     """Everything the job page shows; raises NotFoundError for an unknown id."""
-    row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one_or_none()
+    documents = ("payload", "result", "progress")
+    columns = [c for c in jobs.c if c.name not in documents]
+    # The documents come as text and are decoded here, one by one: a stored document
+    # too deep or not JSON at all (a plain-SQL insert) is shown as a problem, not a 500.
+    texts = [sa.cast(jobs.c[name], sa.Text).label(name) for name in documents]
+    row = conn.execute(sa.select(*columns, *texts).where(jobs.c.id == job_id)).one_or_none()
     if row is None:
         raise NotFoundError(f"job #{job_id} does not exist (it may have been pruned)")
     job = dict(row._mapping)
+    for name in documents:
+        decoded = decode_document(job[name], name)
+        job[f"{name}_raw"] = job[name]
+        job[name] = decoded.value
+        job[f"{name}_problem"] = decoded.problem
     attempts = [
         dict(r._mapping)
         for r in conn.execute(
@@ -402,6 +413,18 @@ def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
         retried_as=retried_as,
         group=group_lane(conn, job),
     )
+
+
+def stored_document(conn: sa.Connection, job_id: int, name: str) -> str | None:
+    """A job's payload or result as the stored JSON text, undecoded."""
+    if name not in ("payload", "result"):
+        raise ValueError(f"not a stored document: {name!r}")
+    text = conn.execute(
+        sa.select(sa.cast(jobs.c[name], sa.Text)).where(jobs.c.id == job_id)
+    ).one_or_none()
+    if text is None:
+        raise NotFoundError(f"job #{job_id} does not exist")
+    return text[0]
 
 
 def job_status(conn: sa.Connection, job_id: int) -> dict[str, Any]:
