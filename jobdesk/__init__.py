@@ -16,15 +16,35 @@ Write job types for the worker (`jobdesk worker --jobs yourapp.jobs`)::
     @job("crm.sync", queue="webhooks", max_attempts=8, timeout=10)
     def crm_sync(payload: dict, ctx) -> dict | None: ...
 
+Recurring jobs: `@job("report.nightly", cron="0 2 * * *", tz="Europe/Berlin")`,
+`@job("cache.warm", every=30)`, or `schedule(name, job_type, payload, cron=…)`.
+
 The dashboard is `jobdesk.dashboard.create_app()` (or `init_dashboard(app)` to mount it
 in your Flask app). Everything Jobdesk stores is in `jobdesk_*` tables.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
-from jobdesk.worker.registry import RateLimit, job
+
+if TYPE_CHECKING:
+    from jobdesk.worker.registry import RateLimit, job, schedule
+
+# The job authors' API comes from the worker package, loaded on first use: a web process
+# that only enqueues (or serves the dashboard) never imports the worker runtime.
+_WORKER_API = {"RateLimit", "job", "schedule"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WORKER_API:
+        from jobdesk.worker import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'jobdesk' has no attribute {name!r}")
+
 
 __all__ = [
     "NewJob",
@@ -36,4 +56,5 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "job",
+    "schedule",
 ]

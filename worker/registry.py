@@ -9,7 +9,7 @@ its job module enqueues into the right queue.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from jobdesk.shared.core import validation
 from jobdesk.shared.core.job_types import TypeDefaults, defaults_for, register_defaults
 from jobdesk.shared.core.retry import Backoff, ExponentialBackoff, RetryPolicy
 from jobdesk.shared.settings import Rate, SettingsError
+from jobdesk.worker.schedules import ScheduleSpec
 
 if TYPE_CHECKING:
     from jobdesk.worker.context import JobContext
@@ -64,10 +65,21 @@ class JobType:
 
 
 class Registry:
-    """Name → JobType. One process-wide instance (`registry`) serves `@job`."""
+    """Name → JobType, plus the schedules declared beside them. One process-wide instance
+    (`registry`) serves `@job` and `jobdesk.schedule`."""
 
     def __init__(self) -> None:
         self._types: dict[str, JobType] = {}
+        self._schedules: dict[str, ScheduleSpec] = {}
+
+    def add_schedule(self, spec: ScheduleSpec) -> None:
+        existing = self._schedules.get(spec.name)
+        if existing is not None and existing != spec:
+            raise ValueError(f"schedule {spec.name!r} is already declared differently")
+        self._schedules[spec.name] = spec
+
+    def schedules(self) -> list[ScheduleSpec]:
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     def add(self, job_type: JobType) -> None:
         existing = self._types.get(job_type.name)
@@ -107,6 +119,10 @@ def job(
     backoff: Backoff | None = None,
     priority: int | None = None,
     rate_limit: str | RateLimit | None = None,
+    cron: str | None = None,
+    every: float | None = None,
+    tz: str = "UTC",
+    catch_up: bool = False,
     target: Registry | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register `fn(payload, ctx)` as the handler of job type `name`.
@@ -114,6 +130,11 @@ def job(
     Any exception retries with backoff; `PermanentError` sends the job to `dead` at once;
     `RetryAfter(seconds)` retries at that time. The return value (JSON-able) is stored as
     the job's result.
+
+    `cron="0 2 * * *"` (5 fields, in `tz`, default UTC) or `every=30` (seconds) also
+    declares a schedule of the same name with an empty payload: the maintenance leader
+    enqueues one job per slot; after downtime only the latest missed slot runs unless
+    `catch_up=True`.
     """
     validation.check_name("job_type", name)
     base = defaults_for(name)
@@ -126,6 +147,9 @@ def job(
         timeout or base.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
     )
     limit = RateLimit.parse(name, rate_limit) if isinstance(rate_limit, str) else rate_limit
+    spec = None
+    if cron is not None or every is not None:
+        spec = ScheduleSpec(name, name, {}, cron=cron, every=every, tz=tz, catch_up=catch_up)
 
     def register(fn: Handler) -> Handler:
         # `target or registry` would pick the global one for an empty (falsy) Registry.
@@ -145,9 +169,32 @@ def job(
             name,
             TypeDefaults(resolved_queue, resolved_priority, resolved_attempts, resolved_timeout),
         )
+        if spec is not None:
+            (registry if target is None else target).add_schedule(spec)
         return fn
 
     return register
+
+
+def schedule(
+    name: str,
+    job_type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    cron: str | None = None,
+    every: float | None = None,
+    tz: str = "UTC",
+    catch_up: bool = False,
+    target: Registry | None = None,
+) -> ScheduleSpec:
+    """Declare a recurring job: `schedule("report.nightly.eu", "report.generate",
+    {"report": "nightly_activity"}, cron="0 2 * * *", tz="Europe/Berlin")`. Several
+    schedules may share one job type; each enqueues exactly one job per slot."""
+    spec = ScheduleSpec(
+        name, job_type, dict(payload or {}), cron=cron, every=every, tz=tz, catch_up=catch_up
+    )
+    (registry if target is None else target).add_schedule(spec)
+    return spec
 
 
 class JobModuleError(RuntimeError):

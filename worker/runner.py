@@ -193,6 +193,7 @@ class Runner:
                 settings,
                 policy_for=self.registry.policy_for,
                 heartbeat_seconds=config.heartbeat_seconds,
+                schedules=tuple(self.registry.schedules()),
             ),
             holder=self.worker_id,
             leader_ttl=config.leader_lease_seconds,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 import click
@@ -28,6 +30,24 @@ def cli(ctx: click.Context, database_url: str | None) -> None:
     """Jobdesk: a database-backed job queue with an operator dashboard."""
     ctx.ensure_object(dict)
     ctx.obj["database_url"] = database_url
+
+
+@contextmanager
+def command_engine(ctx: click.Context, **kwargs: Any) -> Iterator[Any]:
+    """An engine for one command, disposed afterwards (no pooled connection left open)."""
+    engine = engine_from(ctx, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def cli_actor() -> str:
+    """Who an audited action from the terminal is recorded as (`cli:<login>`)."""
+    try:
+        return f"cli:{getpass.getuser()}"[:100]
+    except (KeyError, OSError):
+        return "cli"
 
 
 def user_errors(func: Callable[P, T]) -> Callable[P, T]:

@@ -3,29 +3,23 @@ managing its accounts, and triaging dead letters from a terminal."""
 
 from __future__ import annotations
 
-import getpass
 import ipaddress
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import click
 
-from jobdesk.cli.app import cli, echo_json, engine_from, read_secret, user_errors
+from jobdesk.cli.app import (
+    cli,
+    cli_actor,
+    command_engine,
+    echo_json,
+    read_secret,
+    user_errors,
+)
 
 ROLE_CHOICE = click.Choice(["viewer", "operator", "admin"])
-
-
-@contextmanager
-def _engine(ctx: click.Context, **kwargs: Any) -> Iterator[Any]:
-    """An engine for one command, disposed afterwards (no pooled connection left open)."""
-    engine = engine_from(ctx, **kwargs)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _is_loopback(host: str) -> bool:
@@ -35,13 +29,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _default_actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"[:100]
-    except (KeyError, OSError):
-        return "cli"
 
 
 @cli.command()
@@ -130,8 +117,8 @@ def users_add(ctx: click.Context, name: str, role: str) -> None:
 
     check_username(name)
     password = check_password(read_secret(f"Password for {name}"))
-    with _engine(ctx) as engine, engine.begin() as conn:
-        account = add_operator(conn, name, password, role, now=db_now(conn), actor=_default_actor())
+    with command_engine(ctx) as engine, engine.begin() as conn:
+        account = add_operator(conn, name, password, role, now=db_now(conn), actor=cli_actor())
     click.echo(f"added {account.username} ({account.role})")
 
 
@@ -143,7 +130,7 @@ def users_list(ctx: click.Context, as_json: bool) -> None:
     """List accounts with their role and last login."""
     from jobdesk.shared.operator.accounts import list_operators
 
-    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
+    with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         accounts = list_operators(conn)
     if as_json:
         echo_json(
@@ -172,8 +159,8 @@ def _set_disabled(ctx: click.Context, name: str, disabled: bool) -> None:
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.operator.accounts import set_disabled
 
-    with _engine(ctx) as engine, engine.begin() as conn:
-        set_disabled(conn, name, disabled, now=db_now(conn), actor=_default_actor())
+    with command_engine(ctx) as engine, engine.begin() as conn:
+        set_disabled(conn, name, disabled, now=db_now(conn), actor=cli_actor())
     click.echo(f"{'disabled' if disabled else 'enabled'} {name}")
 
 
@@ -205,8 +192,8 @@ def users_passwd(ctx: click.Context, name: str) -> None:
     from jobdesk.shared.operator.accounts import check_password, set_password
 
     password = check_password(read_secret(f"New password for {name}"))
-    with _engine(ctx) as engine, engine.begin() as conn:
-        set_password(conn, name, password, now=db_now(conn), actor=_default_actor())
+    with command_engine(ctx) as engine, engine.begin() as conn:
+        set_password(conn, name, password, now=db_now(conn), actor=cli_actor())
     click.echo(f"password changed for {name}")
 
 
@@ -269,7 +256,7 @@ def dead_list(
     from jobdesk.shared.operator.queries import list_jobs
 
     filters = replace(_filters(**options).dead_unresolved(), page_size=100)
-    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
+    with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         now = db_now(conn)
         if groups:
             found = dead_groups(conn, filters, now=now, limit=limit)
@@ -316,7 +303,7 @@ def _run_bulk(
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.operator.triage import Selection, bulk_ignore, bulk_retry, preview_bulk
 
-    with _engine(ctx) as engine, engine.connect() as conn:
+    with command_engine(ctx) as engine, engine.connect() as conn:
         impact = preview_bulk(conn, selection, now=db_now(conn))
         conn.rollback()
     if impact.selected == 0:
@@ -334,7 +321,7 @@ def _run_bulk(
         raise click.ClickException("cancelled; nothing changed")
     if selection.filters is not None and impact.id_range is not None:
         selection = Selection(filters=selection.filters, id_range=impact.id_range)
-    with _engine(ctx) as engine, engine.begin() as conn:
+    with command_engine(ctx) as engine, engine.begin() as conn:
         run = bulk_retry if action == "retry" else bulk_ignore
         result = run(conn, selection, actor=actor, reason=reason, now=db_now(conn))
     verb = "requeued" if action == "retry" else "ignored"
@@ -349,7 +336,7 @@ def _run_bulk(
 @click.option("--all-matching", is_flag=True, help="Every dead job matching the filters.")
 @_filter_options
 @click.option("--reason", help="Why (kept in the audit log).")
-@click.option("--actor", default=_default_actor, show_default="cli:$USER")
+@click.option("--actor", default=cli_actor, show_default="cli:$USER")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors
@@ -369,7 +356,7 @@ def dead_retry(
 
     selection = _selection(ids, all_matching, options)
     if len(selection.ids) == 1:
-        with _engine(ctx) as engine, engine.begin() as conn:
+        with command_engine(ctx) as engine, engine.begin() as conn:
             new_id = retry_dead(conn, ids[0], actor=actor, reason=reason, now=db_now(conn))
         click.echo(f"requeued #{ids[0]} as #{new_id}")
         return
@@ -381,7 +368,7 @@ def dead_retry(
 @click.option("--all-matching", is_flag=True, help="Every dead job matching the filters.")
 @_filter_options
 @click.option("--reason", required=True, help="Why (required, kept with the job).")
-@click.option("--actor", default=_default_actor, show_default="cli:$USER")
+@click.option("--actor", default=cli_actor, show_default="cli:$USER")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors
@@ -402,7 +389,7 @@ def dead_ignore(
     check_reason(reason, required=True)
     selection = _selection(ids, all_matching, options)
     if len(selection.ids) == 1:
-        with _engine(ctx) as engine, engine.begin() as conn:
+        with command_engine(ctx) as engine, engine.begin() as conn:
             ignore_dead(conn, ids[0], actor=actor, reason=reason, now=db_now(conn))
         click.echo(f"ignored #{ids[0]}")
         return

@@ -3,31 +3,12 @@ rotate). Secrets are printed once, as the last line, and never again."""
 
 from __future__ import annotations
 
-import getpass
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import click
 
-from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
-
-
-@contextmanager
-def _engine(ctx: click.Context, **kwargs: Any) -> Iterator[Any]:
-    engine = engine_from(ctx, **kwargs)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"[:100]
-    except (KeyError, OSError):
-        return "cli"
+from jobdesk.cli.app import cli, cli_actor, command_engine, echo_json, user_errors
 
 
 @cli.group()
@@ -47,14 +28,14 @@ def add(ctx: click.Context, name: str, url: str) -> None:
     from jobdesk.shared.webhooks.endpoints import add_endpoint
 
     settings = Settings.from_env()
-    with _engine(ctx) as engine, engine.begin() as conn:
+    with command_engine(ctx) as engine, engine.begin() as conn:
         secret = add_endpoint(
             conn,
             name,
             url,
             allow_private=settings.allow_private_webhook_targets,
             now=db_now(conn),
-            actor=_actor(),
+            actor=cli_actor(),
         )
     click.echo(f"endpoint {name} created for {url}")
     click.echo("signing secret (shown once; receivers verify webhook-signature with it):")
@@ -72,7 +53,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     from jobdesk.shared.webhooks.endpoints import list_endpoints
 
     rows: list[dict[str, Any]] = []
-    with _engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
+    with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         now = db_now(conn)
         for endpoint in list_endpoints(conn):
             row = endpoint.public(now)
@@ -105,10 +86,10 @@ def pause(ctx: click.Context, name: str, reason: str | None, for_seconds: float 
 
     if for_seconds is not None and not 0 < for_seconds <= 366 * 86400:
         raise click.BadParameter("must be between 0 and 366 days", param_hint="--for")
-    with _engine(ctx) as engine, engine.begin() as conn:
+    with command_engine(ctx) as engine, engine.begin() as conn:
         now = db_now(conn)
         until = now + timedelta(seconds=for_seconds) if for_seconds else None
-        pause_endpoint(conn, name, actor=_actor(), reason=reason, until=until, now=now)
+        pause_endpoint(conn, name, actor=cli_actor(), reason=reason, until=until, now=now)
     click.echo(f"endpoint {name} paused" + (f" until {until:%Y-%m-%d %H:%M:%SZ}" if until else ""))
 
 
@@ -121,8 +102,8 @@ def resume(ctx: click.Context, name: str) -> None:
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.webhooks.endpoints import resume_endpoint
 
-    with _engine(ctx) as engine, engine.begin() as conn:
-        released = resume_endpoint(conn, name, actor=_actor(), now=db_now(conn))
+    with command_engine(ctx) as engine, engine.begin() as conn:
+        released = resume_endpoint(conn, name, actor=cli_actor(), now=db_now(conn))
     click.echo(f"endpoint {name} resumed; {released} held job(s) released")
 
 
@@ -144,13 +125,13 @@ def rotate(ctx: click.Context, name: str, overlap_hours: float) -> None:
 
     if not 0 <= overlap_hours <= 24 * 30:
         raise click.BadParameter("must be between 0 and 720", param_hint="--overlap-hours")
-    with _engine(ctx) as engine, engine.begin() as conn:
+    with command_engine(ctx) as engine, engine.begin() as conn:
         secret = rotate_secret(
             conn,
             name,
             overlap=timedelta(hours=overlap_hours),
             now=db_now(conn),
-            actor=_actor(),
+            actor=cli_actor(),
         )
     click.echo(f"endpoint {name}: new secret; the old one also signs for {overlap_hours:g} h:")
     click.echo(secret)

@@ -98,7 +98,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.CheckConstraint(
-            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'report.cancel', 'report.retry_chunk', 'retry')",
+            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
             name=op.f("ck_jobdesk_audit_log_action"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_audit_log")),
@@ -580,6 +580,59 @@ def upgrade() -> None:
             "ix_jobdesk_webhook_deliveries_endpoint_at", ["endpoint", "at"], unique=False
         )
         batch_op.create_index("ix_jobdesk_webhook_deliveries_job_id", ["job_id"], unique=False)
+    op.create_table(
+        "jobdesk_schedules",
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column(
+            "payload",
+            jobdesk.shared.core.sqltypes.JSONDocument,
+            server_default=sa.text("'{}'"),
+            nullable=False,
+        ),
+        sa.Column("cron", sa.String(length=100), nullable=True),
+        sa.Column("every_seconds", sa.Float(), nullable=True),
+        sa.Column("timezone", sa.String(length=64), server_default="UTC", nullable=False),
+        sa.Column("catch_up", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("description", sa.Text(), nullable=False),
+        sa.Column(
+            "next_run_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "last_slot_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "last_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
+        ),
+        sa.Column("paused", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("paused_by", sa.String(length=100), nullable=True),
+        sa.Column(
+            "paused_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column("paused_reason", sa.Text(), nullable=True),
+        sa.Column(
+            "declared_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column(
+            "updated_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.CheckConstraint(
+            "(cron IS NULL) <> (every_seconds IS NULL)",
+            name=op.f("ck_jobdesk_schedules_one_expression"),
+        ),
+        sa.CheckConstraint(
+            "every_seconds IS NULL OR every_seconds > 0", name=op.f("ck_jobdesk_schedules_every")
+        ),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_schedules")),
+    )
+    with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
+        batch_op.create_index("ix_jobdesk_schedules_next_run_at", ["next_run_at"], unique=False)
     if postgresql:
         op.create_index(
             "ix_jobdesk_jobs_last_error_trgm",
@@ -598,6 +651,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_schedules_next_run_at")
+    op.drop_table("jobdesk_schedules")
     if op.get_bind().dialect.name == "postgresql":
         op.drop_index("ix_jobdesk_job_attempts_error_trgm", table_name="jobdesk_job_attempts")
         op.drop_index("ix_jobdesk_jobs_last_error_trgm", table_name="jobdesk_jobs")

@@ -48,6 +48,9 @@ class AuditAction(StrEnum):
     OPERATOR_PASSWORD = "operator.password"  # noqa: S105 (an action name)
     REPORT_RETRY_CHUNK = "report.retry_chunk"
     REPORT_CANCEL = "report.cancel"
+    SCHEDULE_PAUSE = "schedule.pause"
+    SCHEDULE_RESUME = "schedule.resume"
+    SCHEDULE_RUN = "schedule.run"
 
 
 class AuditEntry(Base):

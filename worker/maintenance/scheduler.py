@@ -22,6 +22,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from jobdesk.shared.core.leader import LEADER, acquire_lease, release_lease
+from jobdesk.worker.maintenance.periodic import declare_schedules
 from jobdesk.worker.maintenance.tasks import MaintenanceContext, MaintenanceTask, default_tasks
 from jobdesk.worker.resilience import DB_ERRORS
 
@@ -66,6 +67,12 @@ class Maintenance:
         self._scheduler.add_job(
             self.elect, "interval", seconds=renew_every, id="leader", next_run_time=_now_local()
         )
+        if self._context.schedules:
+            # Every worker (not only the leader) stores what its code declares; retried
+            # each second until the database takes it.
+            self._scheduler.add_job(
+                self.declare, "interval", seconds=1.0, id="declare", next_run_time=_now_local()
+            )
         for task in self._tasks:
             interval = max(0.05, float(task.interval_seconds(self._settings)))
             self._scheduler.add_job(
@@ -106,6 +113,19 @@ class Maintenance:
             )
         elif was and not held:
             log.info("this worker is no longer the leader", extra={"action": "leader_lost"})
+
+    def declare(self) -> None:
+        try:
+            declare_schedules(self._engine, self._context.schedules, self._clock())
+        except Exception as exc:
+            log.warning(
+                "could not store this worker's schedules (%s); retrying",
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                extra={"action": "schedules_declare_failed"},
+            )
+            return
+        with contextlib.suppress(Exception):
+            self._scheduler.remove_job("declare")
 
     def run_task(self, task: MaintenanceTask) -> None:
         if not self.is_leader:

@@ -23,8 +23,9 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.settings import Settings
-from jobdesk.worker.maintenance import alerter, pruner, worker_pruner
+from jobdesk.worker.maintenance import alerter, periodic, pruner, worker_pruner
 from jobdesk.worker.maintenance.reaper import Reaper
+from jobdesk.worker.schedules import ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class MaintenanceContext:
     policy_for: Callable[[str], RetryPolicy]
     #: How often this worker's heartbeats renew leases (at most a third of the lease).
     heartbeat_seconds: float
+    #: The schedules this worker's code declares (stored at start by every worker).
+    schedules: tuple[ScheduleSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def default_tasks() -> list[MaintenanceTask]:
             alerter.interval_seconds,
             lambda ctx, now: alerter.run_once(ctx.engine, now, ctx.settings),
         ),
+        MaintenanceTask("periodic", periodic.interval_seconds, periodic.run_once),
         MaintenanceTask(
             "pruner",
             pruner.interval_seconds,
