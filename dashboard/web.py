@@ -25,6 +25,7 @@ from jobdesk.dashboard.views import (
     jobs,
     login,
     overview,
+    schedules,
     triage_actions,
     workers,
 )
@@ -46,6 +47,7 @@ for child in (
     triage_actions,
     audit,
     endpoints,
+    schedules,
     alerts,
     workers,
     health,

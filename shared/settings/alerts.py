@@ -28,6 +28,7 @@ QUEUE_STALLED = "queue_stalled"
 NO_CONSUMER = "no_consumer"
 BREAKER_OPEN = "breaker_open"
 ENDPOINT_PAUSED = "endpoint_paused"
+SCHEDULE_FAILED = "schedule_failed"
 
 RULES_GROUP = "Alert rules"
 ALERTS_GROUP = "Alerts"
@@ -104,6 +105,11 @@ class EndpointPaused(RuleConfig):
     )
 
 
+@dataclass(frozen=True)
+class ScheduleFailed(RuleConfig):
+    """A schedule whose last run ended dead and still waits for a decision."""
+
+
 RULE_TYPES: dict[str, type[RuleConfig]] = {
     DEAD_LETTER_SPIKE: DeadLetterSpike,
     REPEATED_ERROR: RepeatedError,
@@ -111,6 +117,7 @@ RULE_TYPES: dict[str, type[RuleConfig]] = {
     NO_CONSUMER: NoConsumer,
     BREAKER_OPEN: BreakerOpen,
     ENDPOINT_PAUSED: EndpointPaused,
+    SCHEDULE_FAILED: ScheduleFailed,
 }
 
 DEFAULT_INTERVAL_SECONDS = 60.0
@@ -136,6 +143,7 @@ class AlertConfig:
     no_consumer: NoConsumer = section(NoConsumer, NO_CONSUMER, RULES_GROUP)
     breaker_open: BreakerOpen = section(BreakerOpen, BREAKER_OPEN, RULES_GROUP)
     endpoint_paused: EndpointPaused = section(EndpointPaused, ENDPOINT_PAUSED, RULES_GROUP)
+    schedule_failed: ScheduleFailed = section(ScheduleFailed, SCHEDULE_FAILED, RULES_GROUP)
     email: str | None = setting(
         None, "on-call address (sent as an `email.send` job)", check=_check_email
     )

@@ -22,6 +22,7 @@ EXPECTED_ROLES = {
     "jobdesk.jobs.index": "viewer",
     "jobdesk.jobs.detail": "viewer",
     "jobdesk.jobs.status": "viewer",
+    "jobdesk.jobs.raw_document": "operator",
     "jobdesk.dead.index": "viewer",
     "jobdesk.dead.bulk_preview": "operator",
     "jobdesk.actions.retry": "operator",
@@ -37,6 +38,10 @@ EXPECTED_ROLES = {
     "jobdesk.endpoints.pause": "admin",
     "jobdesk.endpoints.resume": "admin",
     "jobdesk.endpoints.close": "admin",
+    "jobdesk.schedules.index": "viewer",
+    "jobdesk.schedules.pause_schedule": "operator",
+    "jobdesk.schedules.resume_schedule": "operator",
+    "jobdesk.schedules.run_schedule": "operator",
     "jobdesk.workers.index": "viewer",
     "jobdesk.health.healthz": "public",
     "jobdesk.health.readyz": "public",
@@ -54,9 +59,10 @@ GET_PAGES = [
     "/audit",
     "/alerts",
     "/endpoints",
+    "/schedules",
     "/workers",
 ]
-OPERATOR_GETS = ["/jobs/1/fix", "/dead/bulk?action=retry&ids=1"]
+OPERATOR_GETS = ["/jobs/1/fix", "/dead/bulk?action=retry&ids=1", "/jobs/1/payload.json"]
 POSTS = {
     "/jobs/1/retry": {},
     "/jobs/1/ignore": {"reason": "x"},
@@ -67,6 +73,9 @@ POSTS = {
     "/endpoints/crm/pause": {"reason": "x"},
     "/endpoints/crm/resume": {},
     "/breakers/close": {"key": "webhook:crm"},
+    "/schedules/nightly/pause": {"reason": "x"},
+    "/schedules/nightly/resume": {},
+    "/schedules/nightly/run": {},
 }
 ADMIN_POSTS = {"/endpoints/crm/pause", "/endpoints/crm/resume", "/breakers/close"}
 

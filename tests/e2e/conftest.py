@@ -26,8 +26,10 @@ from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import job_attempts, leases, workers
 from jobdesk.shared.operator.accounts import add_operator
+from jobdesk.shared.schedules.store import sync_declared
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.webhooks.models import webhook_endpoints
+from jobdesk.worker.schedules import ScheduleSpec
 from tests.factories import make_job
 
 CHROMIUM = "/usr/bin/chromium"
@@ -179,6 +181,14 @@ def seed(engine: sa.Engine) -> Seeded:
                 message="6 webhook.deliver jobs to crm died with the same error: ConnectTimeout",
             )
         )
+        nightly = ScheduleSpec(
+            "report.nightly",
+            "report.generate",
+            {"report": "nightly_activity"},
+            cron="0 2 * * *",
+            tz="Europe/Berlin",
+        )
+        sync_declared(conn, [nightly.declared(now)], now=now)
     return Seeded(crm_dead, email_dead, report_dead)
 
 

@@ -219,3 +219,35 @@ def test_admin_pauses_an_endpoint(
     row.get_by_role("button", name="Resume").click()
     page.locator(".flash-success", has_text="Resumed endpoint crm").wait_for()
     assert "active" in page.locator("#endpoint-crm").inner_text()
+
+
+def test_on_call_pauses_the_nightly_report_and_runs_it_now(
+    page: Any, live_server: Server, screenshot_dir: Path, backend: str, engine: sa.Engine
+) -> None:
+    base, _ = live_server
+    log_in(page, base, "sam")
+    page.get_by_role("link", name="Schedules").click()
+    row = page.locator("#schedule-report\\.nightly")
+    assert "every day at 02:00 (Europe/Berlin)" in row.inner_text()
+    assert "Europe/Berlin" in row.inner_text()
+    row.get_by_label("Reason for pausing report.nightly").fill("month-end freeze")
+    row.get_by_role("button", name="Pause").click()
+    page.locator(".flash-success", has_text="Paused schedule report.nightly").wait_for()
+    row = page.locator("#schedule-report\\.nightly")
+    assert "paused" in row.inner_text()
+    assert "month-end freeze" in row.inner_text()
+    row.get_by_role("button", name="Run now").click()
+    page.locator(".flash-success", has_text="Enqueued job #").wait_for()
+    assert page.locator("#schedule-report\\.nightly").get_by_text("queued").is_visible()
+    shoot(page, screenshot_dir, "schedules", backend)
+    page.locator("#schedule-report\\.nightly").get_by_role("button", name="Resume").click()
+    page.locator(".flash-success", has_text="Resumed schedule report.nightly").wait_for()
+    with engine.connect() as conn:
+        actions = list(
+            conn.execute(
+                sa.select(audit_log.c.action).where(
+                    audit_log.c.subject == "schedule:report.nightly"
+                )
+            ).scalars()
+        )
+    assert actions == ["schedule.pause", "schedule.run", "schedule.resume"]

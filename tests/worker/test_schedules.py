@@ -212,3 +212,25 @@ def test_run_now_adds_one_extra_run_with_its_own_key(engine: sa.Engine) -> None:
         runs = recent_runs(conn, "warm")
     assert first != second
     assert [run["id"] for run in runs] == [second, first]
+
+
+def test_a_schedule_whose_last_run_died_raises_an_alert(engine: sa.Engine) -> None:
+    from jobdesk.worker.maintenance import alerter
+
+    spec = ScheduleSpec("warm", "cache.warm", every=30)
+    ctx = context(engine, spec)
+    periodic.declare_schedules(engine, ctx.schedules, TUESDAY)
+    periodic.run_once(ctx, TUESDAY + timedelta(minutes=1))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(jobs).values(status="dead", attempts=1, last_error="ConnectTimeout: cache")
+        )
+    result = alerter.run_once(engine, TUESDAY + timedelta(minutes=2), Settings())
+    assert result.opened >= 1
+    with engine.connect() as conn:
+        from jobdesk.shared.alerts.models import alerts
+
+        row = conn.execute(sa.select(alerts).where(alerts.c.rule == "schedule_failed")).one()
+    assert row.subject == "warm"
+    assert "its last run" in row.message
+    assert "ConnectTimeout: cache" in row.message

@@ -45,7 +45,7 @@ def test_one_job_per_slot_across_a_killed_leader(engine: sa.Engine, procs: Worke
             lease = current_lease(conn, LEADER)
         return lease.holder if lease else None
 
-    leader_id = wait_for(holder, 10)
+    leader_id = wait_for(lambda: holder() if holder() in ids else None, 15)
     time.sleep(10)
     leader = ids[leader_id]
     leader.signal(signal.SIGKILL)

@@ -14,7 +14,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from jobdesk.shared.alerts.store import RuleOutcome, apply_findings, evaluate_rule
+from jobdesk.shared.alerts.rules import evaluate_rule
+from jobdesk.shared.alerts.store import RuleOutcome, apply_findings
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.settings.alerts import RULE_TYPES, AlertConfig

@@ -70,6 +70,7 @@ def test_describe_lists_every_rule_with_env_names() -> None:
         "no_consumer",
         "breaker_open",
         "endpoint_paused",
+        "schedule_failed",
     ]
     spike = rows[0]["params"]
     assert spike["min_count"] == {"value": 5, "env": "JOBDESK_ALERT_DEAD_LETTER_SPIKE_MIN_COUNT"}
