@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -16,12 +17,25 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
-from jobdesk.shared.core.effects import find_effect, record_effect
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.effects import (
+    Reservation,
+    complete_effect,
+    find_effect,
+    release_effect,
+    reserve_effect,
+)
+from jobdesk.shared.core.errors import Snooze
 from jobdesk.shared.core.transitions import record_progress
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 
 T = TypeVar("T")
+
+#: How long an attempt waits, inline and then snoozed, when another attempt holds the
+#: reservation of its effect (and how often it looks again while waiting inline).
+EFFECT_WAIT_SECONDS = 2.0
+EFFECT_POLL_SECONDS = 0.05
 
 
 class JobLogger(logging.LoggerAdapter[logging.Logger]):
@@ -76,6 +90,11 @@ class JobContext:
         with self.engine.begin() as conn:
             return record_progress(conn, ref, value)
 
+    @property
+    def ref(self) -> JobRef:
+        """This attempt's fencing key (job id + lease token)."""
+        return JobRef(self.job_id, self.lease_token, self.attempt, self.worker_id)
+
     def effect_done(self, key: str) -> dict[str, Any] | None:
         """The stored detail if the effect under `key` already happened, else None."""
         with self.engine.connect() as conn:
@@ -85,18 +104,51 @@ class JobContext:
         """Record the effect under `key` as done (committed at once)."""
         failpoints.hit(failpoints.BEFORE_RECORD)
         with self.engine.begin() as conn:
-            return record_effect(conn, key, job_id=self.job_id, detail=detail)
+            return complete_effect(conn, key, self.ref, detail)
+
+    def reserve(self, key: str, wait: float = EFFECT_WAIT_SECONDS) -> Reservation:
+        """Claim `key` before doing its effect (committed at once): `mine`, `done` (skip)
+        or `held` by another attempt that still holds its job — waited for up to `wait`
+        seconds, since that attempt is usually about to finish."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self.engine.begin() as conn:
+                reservation = reserve_effect(conn, key, self.ref, now=db_now(conn))
+            if not reservation.held or time.monotonic() >= deadline or self.cancelled.is_set():
+                return reservation
+            time.sleep(EFFECT_POLL_SECONDS)
+
+    def release(self, key: str) -> None:
+        """Give up the reservation of an effect that certainly did not happen."""
+        with self.engine.begin() as conn:
+            release_effect(conn, key, self.ref)
 
     def once(self, key: str, effect: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
         """Run `effect()` unless `key` is already in the ledger; returns the stored detail.
 
-        `effect` should carry an id derived from `key` to the outside world, so a repeat
-        after a crash between the effect and its recording is recognisable there.
+        The key is reserved first, so a second job with the same key running at the same
+        moment waits (it is snoozed, no attempt counted) and then finds the effect done.
+        `effect` should carry an id derived from `key` to the outside world, so the one
+        repeat a crash at the worst moment can cause is recognisable there.
         """
-        done = self.effect_done(key)
-        if done is not None:
-            self.log.info("effect %s already done; skipped", key, extra={"action": "effect_skip"})
-            return done
-        detail = effect() or {}
+        reservation = self.reserve(key)
+        if reservation.done is not None:
+            self.log.info(
+                "effect %s already done by job %s; skipped",
+                key,
+                reservation.by_job,
+                extra={"action": "effect_skip", "by_job": reservation.by_job},
+            )
+            return reservation.done
+        if reservation.held:
+            raise Snooze(
+                EFFECT_WAIT_SECONDS,
+                f"effect {key} is being done by job #{reservation.by_job}; waiting for it",
+            )
+        try:
+            detail = effect() or {}
+        except BaseException:
+            self.release(key)
+            raise
         self.record_effect(key, detail)
         return detail

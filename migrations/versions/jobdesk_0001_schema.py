@@ -151,6 +151,9 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("detail", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("state", sa.String(length=16), server_default="done", nullable=False),
+        sa.Column("lease_token", sa.BigInteger(), nullable=True),
+        sa.CheckConstraint("state IN ('done', 'reserved')", name=op.f("ck_jobdesk_effects_state")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_effects")),
         sa.UniqueConstraint("key", name=op.f("uq_jobdesk_effects_key")),
     )

@@ -14,6 +14,7 @@ and two partial indexes carry the queue's hot path:
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -231,8 +232,19 @@ class JobAttempt(Base):
     )
 
 
+class EffectState(StrEnum):
+    """A ledger entry: reserved by one attempt before its side effect, then done."""
+
+    RESERVED = "reserved"
+    DONE = "done"
+
+
 class Effect(Base):
-    """Idempotency ledger: a side effect done under a stable key is never done again."""
+    """Idempotency ledger: a side effect done under a stable key is never done again.
+
+    An attempt reserves the key (its job id and lease token) before the effect, so a
+    second job with the same key waits instead of doing it too; a reservation whose
+    attempt no longer holds its job is taken over."""
 
     __tablename__ = "jobdesk_effects"
 
@@ -241,6 +253,10 @@ class Effect(Base):
     job_id: Mapped[int | None] = mapped_column(BigId)
     created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    state: Mapped[str] = mapped_column(sa.String(16), server_default=EffectState.DONE.value)
+    lease_token: Mapped[int | None] = mapped_column(sa.BigInteger)
+
+    __table_args__ = (sa.CheckConstraint(in_list("state", sorted(EffectState)), name="state"),)
 
 
 class Lease(Base):

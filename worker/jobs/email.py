@@ -31,12 +31,12 @@ from email.utils import format_datetime
 from typing import Any
 
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.effects import find_effect, record_effect
-from jobdesk.shared.core.errors import PermanentError
+from jobdesk.shared.core.effects import complete_effect, find_effect
+from jobdesk.shared.core.errors import PermanentError, Snooze
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.core.retry import ExponentialBackoff
 from jobdesk.shared.webhooks.deliveries import delivery_origin
-from jobdesk.worker.context import JobContext
+from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
 from jobdesk.worker.jobs.config import JobsConfig, jobs_config
 from jobdesk.worker.jobs.email_provider import (
     MailConfigError,
@@ -183,7 +183,18 @@ def _record_outcome(
     with ctx.engine.begin() as conn:
         record_health(conn, key, now, cfg, error=error, was_healthy=healthy)
         if effect is not None:
-            record_effect(conn, effect[0], job_id=ctx.job_id, detail=effect[1])
+            complete_effect(conn, effect[0], ctx.ref, effect[1])
+
+
+def _already_sent(
+    ctx: JobContext, key: str, done: dict[str, Any], by_job: int | None
+) -> dict[str, Any]:
+    by = f" by job #{by_job}" if by_job is not None and by_job != ctx.job_id else ""
+    ctx.log.info("email %s already sent%s; skipped", key, by, extra={"action": "email_skip"})
+    result = {**done, "skipped": "already sent"}
+    if by:
+        result["sent_by_job"] = by_job
+    return result
 
 
 @job("email.send", backoff=EMAIL_BACKOFF)
@@ -202,8 +213,7 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         done = find_effect(conn, key)
         clock = DbTime(db_now(conn))
     if done is not None:
-        ctx.log.info("email %s already sent; skipped", key, extra={"action": "email_skip"})
-        return {**done, "skipped": "already sent"}
+        return _already_sent(ctx, key, done, None)
 
     try:
         template = load_template(cfg.email_templates_dir, template_name)
@@ -227,13 +237,23 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         healthy = pass_guards(
             conn, breaker_key=provider.key, limit=cfg.smtp_rate_limit, now=clock()
         )
+    # Reserve the key before sending: a second job with the same key (the double-clicked
+    # sign-up) waits for this one instead of sending too (B16).
+    reservation = ctx.reserve(key)
+    if reservation.done is not None:
+        return _already_sent(ctx, key, reservation.done, reservation.by_job)
+    if reservation.held:
+        raise Snooze(EFFECT_WAIT_SECONDS, f"email {key} is being sent by job #{reservation.by_job}")
     try:
         result = provider.send(message, sender=sender, recipients=[address])
     except TransientMailError as exc:
+        # Not accepted by the server (a 4xx, or no connection): nothing was sent.
+        ctx.release(key)
         _record_outcome(ctx, cfg, provider.key, clock, healthy=healthy, error=str(exc))
         raise
     except PermanentMailError as exc:
         # The server answered: it is healthy, the mail is what it refused.
+        ctx.release(key)
         _record_outcome(ctx, cfg, provider.key, clock, healthy=healthy)
         raise PermanentError(str(exc)) from None
     detail = {

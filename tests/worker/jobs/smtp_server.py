@@ -43,6 +43,8 @@ class _Handler:
     lock: threading.Lock = field(default_factory=threading.Lock)
     on_data: list[Any] = field(default_factory=list)
     """Callables run once (each) after a mail is stored, before the 250 (fault hook)."""
+    delay_seconds: float = 0.0
+    """How long DATA takes before the mail is stored (a slow server widens races)."""
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: Any
@@ -55,6 +57,8 @@ class _Handler:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         if self.mode == "451":
             return "451 4.3.0 Temporary local problem, try again later"
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
         with self.lock:
             self.received.append(
                 Received(
