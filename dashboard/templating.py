@@ -9,10 +9,11 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Flask
+from flask import Flask, request
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
+from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
@@ -99,6 +100,12 @@ def dict_without(mapping: dict[str, Any], *names: str) -> dict[str, Any]:
     return {key: value for key, value in mapping.items() if key not in names}
 
 
+def links_for_alert(details: dict[str, Any] | None) -> list[AlertLink]:
+    """Where an alert leads, as paths under this dashboard's mount point."""
+    root = request.script_root.rstrip("/")
+    return [AlertLink(link.label, root + link.path) for link in alert_links(details)]
+
+
 def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
@@ -117,4 +124,5 @@ def install(app: Flask) -> None:
         can=auth.can,
         current_identity=auth.current,
         here=here,
+        alert_links=links_for_alert,
     )

@@ -90,9 +90,11 @@ def find_dead_letter_spikes(
         if count < cfg.min_count or count < cfg.factor * expected:
             continue
         subject = type_subject(row.job_type, row.endpoint)
+        error = _top_error(conn, row.job_type, row.endpoint, start, now)
         found[subject] = _spike_finding(
-            subject, row.job_type, row.endpoint, count, cfg, expected=expected, since=start
-        )
+            subject, row.job_type, row.endpoint, count, cfg, expected=expected, since=start,
+            error=error,
+        )  # fmt: skip
     for subject, alert in (open_alerts or {}).items():
         if subject in found:
             continue
@@ -103,9 +105,11 @@ def find_dead_letter_spikes(
         since = alert.opened_at - window
         held = _unresolved_dead(conn, job_type, details.get("endpoint"), since, now)
         if held >= cfg.min_count:
+            error = _top_error(conn, job_type, details.get("endpoint"), since, now)
             found[subject] = _spike_finding(
-                subject, job_type, details.get("endpoint"), held, cfg, expected=None, since=since
-            )
+                subject, job_type, details.get("endpoint"), held, cfg, expected=None, since=since,
+                error=error,
+            )  # fmt: skip
     return list(found.values())
 
 
@@ -128,6 +132,29 @@ def _unresolved_dead(
     return int(conn.execute(query).scalar_one())
 
 
+def _top_error(
+    conn: sa.Connection, job_type: str, endpoint: Any, since: datetime, now: datetime
+) -> str:
+    """The commonest error among the unresolved dead letters of a spike (first line)."""
+    query = (
+        sa.select(jobs.c.error_fingerprint, sa.func.max(jobs.c.last_error).label("error"))
+        .where(
+            jobs.c.status == JobStatus.DEAD.value,
+            jobs.c.job_type == job_type,
+            jobs.c.resolution.is_(None),
+            jobs.c.finished_at > since,
+            jobs.c.finished_at <= now,
+        )
+        .group_by(jobs.c.error_fingerprint)
+        .order_by(sa.func.count().desc())
+        .limit(1)
+    )
+    if isinstance(endpoint, str):
+        query = query.where(_endpoint_expr() == endpoint)
+    row = conn.execute(query).first()
+    return _first_line(row.error or "") if row is not None else ""
+
+
 def _spike_finding(
     subject: str,
     job_type: str,
@@ -137,15 +164,15 @@ def _spike_finding(
     *,
     expected: float | None,
     since: datetime,
+    error: str = "",
 ) -> Finding:
-    target = f"{job_type} to {endpoint}" if endpoint else job_type
+    target = f"{job_type} jobs to {endpoint}" if endpoint else f"{job_type} jobs"
     if expected is None:
-        message = f"{count} dead letters of {target} still unresolved since {since:%H:%M} UTC"
+        message = f"{count} {target} died since {since:%H:%M} UTC and are still unresolved"
     else:
-        message = (
-            f"{count} dead letters of {target} in the last {cfg.window_minutes:g} min "
-            f"(baseline {expected:.1f} per window)"
-        )
+        message = f"{count} {target} died in the last {cfg.window_minutes:g} min"
+    if error:
+        message += f": {error}"
     job_filter: dict[str, Any] = {"status": JobStatus.DEAD.value, "job_type": job_type}
     if endpoint:
         job_filter["endpoint"] = endpoint
@@ -156,6 +183,7 @@ def _spike_finding(
         "endpoints": [endpoint] if endpoint else [],
         "since": since.isoformat(),
         "filter": job_filter,
+        "error": error,
     }
     if expected is not None:
         details["baseline_per_window"] = round(expected, 3)

@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
+from jobdesk.shared.alerts.links import alert_links
 from jobdesk.shared.alerts.models import AlertStatus, alerts
 from jobdesk.shared.alerts.rules import (
     WEBHOOK_JOB,
@@ -130,10 +131,9 @@ def apply_findings(
         )
         related = _related_open_alert(conn, finding)
         if related is not None:
-            # Same incident already paged through the sibling rule: record, don't page.
-            _mark_related(conn, alert_id, finding, related)
-            outcome.suppressed.append(alert_id)
-            continue
+            # The same incident tripped the sibling rule too: both are notified, and each
+            # message says which alert it belongs with.
+            finding = _mark_related(conn, alert_id, finding, related)
         key = notify_key(rule, subject, now, cooldown)
         if _claim_notify_key(conn, alert_id, key):
             outcome.notification_jobs += _notify(conn, finding, key, OPEN, now, config)
@@ -269,16 +269,17 @@ def _related_open_alert(conn: sa.Connection, finding: Finding) -> int | None:
     return None
 
 
-def _mark_related(conn: sa.Connection, alert_id: int, finding: Finding, related: int) -> None:
+def _mark_related(conn: sa.Connection, alert_id: int, finding: Finding, related: int) -> Finding:
     details = {**finding.details, "related_alert_id": related}
     conn.execute(sa.update(alerts).where(alerts.c.id == alert_id).values(details=details))
     log.info(
-        "alert %s %s is part of the incident of alert #%s; not notified again",
+        "alert %s %s is part of the incident of alert #%s",
         finding.rule,
         finding.subject,
         related,
         extra={"action": "alert_notify_related", "alert_id": alert_id, "related": related},
     )
+    return Finding(finding.rule, finding.subject, finding.message, finding.count, details)
 
 
 def notify_key(rule: str, subject: str, now: datetime, cooldown: timedelta) -> str:
@@ -363,8 +364,13 @@ def _notify(
         "at": now.isoformat(),
         "details": finding.details,
     }
+    context["error"] = str(finding.details.get("error") or "")
     if config.dashboard_url:
         context["link"] = f"{config.dashboard_url}/alerts"
+        context["links"] = [
+            {"label": link.label, "url": f"{config.dashboard_url}{link.path}"}
+            for link in alert_links(finding.details)
+        ]
     job_ids: list[int] = []
     for channel in (EMAIL, WEBHOOK):
         target = config.email if channel == EMAIL else config.webhook_endpoint

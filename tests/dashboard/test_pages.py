@@ -302,3 +302,27 @@ def test_health_endpoints(app: object) -> None:
     client = app.test_client()
     assert client.get("/healthz").get_json() == {"status": "ok"}
     assert client.get("/readyz").get_json() == {"status": "ok"}
+
+
+def test_alerts_lead_to_their_jobs_endpoint_and_error(viewer: Browser, engine: sa.Engine) -> None:
+    from jobdesk.shared.alerts.models import alerts
+
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(alerts).values(
+                rule="dead_letter_spike",
+                subject="webhook.deliver:crm",
+                message="6 webhook.deliver jobs to crm died in the last 15 min: ConnectTimeout",
+                details={
+                    "filter": {"status": "dead", "job_type": "webhook.deliver", "endpoint": "crm"},
+                    "endpoints": ["crm"],
+                    "error": "ConnectTimeout",
+                    "related_alert_id": 41,
+                },
+            )
+        )
+    html = viewer.get("/alerts").get_data(as_text=True)
+    assert "died in the last 15 min: ConnectTimeout" in html
+    assert 'href="/jobs?type=webhook.deliver&amp;status=dead">its jobs</a>' in html
+    assert 'href="/endpoints#endpoint-crm">endpoint crm</a>' in html
+    assert "same incident as alert #41" in html

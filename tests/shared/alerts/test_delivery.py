@@ -82,16 +82,16 @@ def test_no_loop_when_the_alert_webhook_itself_is_down(
         (rules.DEAD_LETTER_SPIKE, "webhook.deliver:oncall"),
         (rules.REPEATED_ERROR, "fp"),
     ]
-    # Email only: one for the spike, one for the breaker; the repeated error on the same
-    # jobs is part of the spike's incident and does not page again.
-    assert [j.job_type for j in sent] == ["email.send", "email.send"]
+    # Email only — never through the broken webhook: the spike, the repeated error (the
+    # same incident, said so in its message) and the breaker are each notified once.
+    assert [j.job_type for j in sent] == ["email.send", "email.send", "email.send"]
     skipped = [r for r in caplog.records if getattr(r, "action", "") == "alert_channel_skipped"]
-    assert len(skipped) == 2
+    assert len(skipped) == 3
     with engine.connect() as conn:
         (repeated,) = alert_rows(conn, rules.REPEATED_ERROR)
         (spike,) = alert_rows(conn, rules.DEAD_LETTER_SPIKE)
     assert repeated.details["related_alert_id"] == spike.id
-    assert repeated.notify_key is None
+    assert repeated.notify_key is not None
 
 
 def test_email_alerts_about_email_go_to_the_webhook_only(engine: sa.Engine) -> None:
@@ -141,9 +141,11 @@ def test_alert_email_template_renders_every_shape() -> None:
         "at": NOW.isoformat(),
         "details": {"breaker": "smtp:default", "error": "ConnectError: refused"},
         "link": "https://jobs.example.com/alerts",
+        "links": [{"label": "its jobs", "url": "https://jobs.example.com/jobs?type=email.send"}],
     }
     mail = render(template, breaker)
-    assert mail.subject == "[Jobdesk] Alert: breaker open: smtp:default"
+    assert mail.subject == "[Jobdesk] circuit breaker smtp:default open for 11m"
+    assert "its jobs: https://jobs.example.com/jobs?type=email.send" in mail.text
     assert "ConnectError: refused" in mail.text
     assert "https://jobs.example.com/alerts" in mail.text
     resolved = render(template, {**breaker, "state": "resolved", "details": {}})

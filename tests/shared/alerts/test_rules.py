@@ -44,7 +44,8 @@ def test_dead_letter_spike_fires_per_endpoint_and_holds_until_triaged(engine: sa
     with engine.connect() as conn:
         (alert,) = alert_rows(conn, rules.DEAD_LETTER_SPIKE)
     assert alert._mapping["count"] == 6
-    assert "6 dead letters of webhook.deliver to crm" in alert.message
+    assert alert.message.startswith("6 webhook.deliver jobs to crm died in the last 15 min: ")
+    assert alert.message.endswith("ReadTimeout: timed out")
     assert alert.details["filter"] == {
         "status": "dead",
         "job_type": "webhook.deliver",

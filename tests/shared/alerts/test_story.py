@@ -39,7 +39,12 @@ def alert_posts(receiver: Receiver) -> list[dict]:  # type: ignore[type-arg]
     return [body for body in bodies if body["type"] == "jobdesk.alert"]
 
 
-def test_crm_outage_pages_once_and_resolves_after_requeue(
+def unfolded(header: str) -> str:
+    """A header as written, before the mail policy folded it over lines."""
+    return str(header).replace("\r\n", "").replace("\n", "")
+
+
+def test_crm_outage_pages_each_rule_once_and_resolves_after_requeue(
     engine: sa.Engine, smtp: SmtpSink, receiver: Receiver, jobs_env: dict[str, str]
 ) -> None:
     receiver.secrets.append(add_test_endpoint(engine, "crm", receiver.url("/500")))
@@ -55,22 +60,32 @@ def test_crm_outage_pages_once_and_resolves_after_requeue(
     assert drain(engine).by_status["dead"] == 5
 
     first = run_once(engine, None, SETTINGS)
-    assert first.opened == 2  # the spike and the repeated error: one incident
-    assert len(first.notification_jobs) == 2
+    assert first.opened == 2  # the spike and the repeated error: one incident, both said
+    assert len(first.notification_jobs) == 4  # each rule, by email and by webhook
     drain(engine)
     run_once(engine, None, SETTINGS)
     drain(engine)
 
-    (mail,) = smtp.received
-    assert mail.recipients == ["oncall@example.com"]
-    assert mail.message["Subject"] == "[Jobdesk] Alert: dead letter spike: webhook.deliver:crm"
-    body = mail.message.get_payload(decode=True).decode()
-    assert "5 dead letters of webhook.deliver to crm" in body
-    (post,) = alert_posts(receiver)
-    assert post["type"] == "jobdesk.alert"
-    assert post["data"]["rule"] == rules.DEAD_LETTER_SPIKE
-    assert post["data"]["subject"] == "webhook.deliver:crm"
-    assert post["data"]["state"] == "open"
+    error = "WebhookDeliveryError: endpoint crm answered HTTP 500"
+    subjects = sorted(unfolded(mail.message["Subject"]) for mail in smtp.received)
+    assert subjects == [
+        f"[Jobdesk] 5 jobs (webhook.deliver to crm) failed with the same error in the last "
+        f"15 min: {error}",
+        f"[Jobdesk] 5 webhook.deliver jobs to crm died in the last 15 min: {error}",
+    ]
+    assert all(mail.recipients == ["oncall@example.com"] for mail in smtp.received)
+    bodies = [mail.message.get_payload(decode=True).decode() for mail in smtp.received]
+    assert any("Part of the same incident as alert #" in body for body in bodies)
+    posts = alert_posts(receiver)
+    assert sorted(p["data"]["rule"] for p in posts) == [
+        rules.DEAD_LETTER_SPIKE,
+        rules.REPEATED_ERROR,
+    ]
+    spike = next(p for p in posts if p["data"]["rule"] == rules.DEAD_LETTER_SPIKE)
+    assert spike["type"] == "jobdesk.alert"
+    assert spike["data"]["subject"] == "webhook.deliver:crm"
+    assert spike["data"]["state"] == "open"
+    assert spike["data"]["error"] == error
     with engine.connect() as conn:
         open_alerts = [(a.rule, a.subject) for a in alert_rows(conn) if a.status == "open"]
     assert (rules.DEAD_LETTER_SPIKE, "webhook.deliver:crm") in open_alerts
@@ -100,6 +115,12 @@ def test_crm_outage_pages_once_and_resolves_after_requeue(
     with engine.connect() as conn:
         assert all(a.status == "resolved" for a in alert_rows(conn))
     drain(engine)
-    assert len(smtp.received) == 2
-    assert smtp.received[1].message["Subject"].startswith("[Jobdesk] Resolved: dead letter")
-    assert [p["data"]["state"] for p in alert_posts(receiver)] == ["open", "resolved"]
+    assert len(smtp.received) == 4
+    resolved = sorted(unfolded(m.message["Subject"]) for m in smtp.received[2:])
+    assert all(subject.startswith("[Jobdesk] Resolved: 5 ") for subject in resolved)
+    assert sorted(p["data"]["state"] for p in alert_posts(receiver)) == [
+        "open",
+        "open",
+        "resolved",
+        "resolved",
+    ]
