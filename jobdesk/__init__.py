@@ -28,7 +28,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
-from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
+from jobdesk.shared.core.errors import (
+    PermanentError,
+    RetryAfter,
+    SchemaMissingError,
+    Snooze,
+    ValidationError,
+)
 
 if TYPE_CHECKING:
     from jobdesk.worker.registry import RateLimit, job, schedule
@@ -51,6 +57,7 @@ __all__ = [
     "PermanentError",
     "RateLimit",
     "RetryAfter",
+    "SchemaMissingError",
     "Snooze",
     "ValidationError",
     "enqueue",

@@ -16,7 +16,29 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class WholeSentenceGroup(click.Group):
+    """A group whose command list shows each command's first sentence whole (wrapped to
+    the terminal) instead of cutting it off with "..." at the column width."""
+
+    #: Subgroups (`jobdesk schedules …`) are of this class too.
+    group_class = type
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(
+    cls=WholeSentenceGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="jobdesk", prog_name="jobdesk")
 @click.option(
     "--database-url",

@@ -15,10 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.demo.story import CRM_ENDPOINT, SIGNUP_EVENT
 from jobdesk.shared.alerts import store as alerts
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.stats import counts_by_status_queue_type
 from jobdesk.shared.reports import runs as reports
+from jobdesk.shared.webhooks.events import event_counts
 
 Printer = Callable[[str], None]
 
@@ -115,7 +117,10 @@ class Narrator:
                 report_job = self._status.report_job_id
             run = reports.find_run_for_job(conn, report_job) if report_job else None
             open_rows = alerts.list_alerts(conn, status=alerts.OPEN, limit=20)
-        crm = _by_status(counts, "webhook.deliver")
+        # Only the sign-ups' own CRM webhooks count towards "every sign-up reached the
+        # CRM": not alert webhooks, not dead letters support already decided about.
+        with self.engine.connect() as conn:
+            crm = event_counts(conn, CRM_ENDPOINT, SIGNUP_EVENT)
         email = _by_status(counts, "email.send")
         with self._lock:
             self._status.crm = crm

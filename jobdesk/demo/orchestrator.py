@@ -14,6 +14,7 @@ if the demo process dies without cleaning up.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -141,9 +142,16 @@ class Demo:
 
     # -- steps -----------------------------------------------------------------------------
 
+    def prepare_directory(self) -> None:
+        """The demo's folder, ignored by git whatever checkout it lands in."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ignore = self.directory / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# made by `jobdesk demo`: nothing here belongs in a repository\n*\n")
+
     def prepare_database(self, settings: Settings) -> sa.Engine:
+        self.prepare_directory()
         if self.options.postgres_url is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
             if not self.options.keep:
                 for suffix in ("", "-wal", "-shm", "-journal"):
                     (self.directory / f"jobdesk.db{suffix}").unlink(missing_ok=True)
@@ -218,6 +226,17 @@ class Demo:
         from jobdesk.dashboard import create_app
 
         app = create_app(settings)
+        # One line per request would drown the narration: requests go to a log file.
+        access = logging.getLogger("werkzeug")
+        handler = logging.FileHandler(self.directory / "dashboard.log")
+        access.addHandler(handler)
+        access.propagate = False
+
+        def close_access_log() -> None:
+            access.removeHandler(handler)
+            handler.close()
+
+        self._cleanups.append(close_access_log)
         try:
             server = make_server("127.0.0.1", self.options.port, app, threaded=True)
         except OSError as exc:

@@ -32,6 +32,7 @@ from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.reports.definitions import ReportDefinition
 
 CRM_ENDPOINT = "crm"
+SIGNUP_EVENT = "user.created"
 REPORT_NAME = "demo_signups"
 #: The story's CRM webhook gives up after the 5th attempt (1 min, 5 min, 30 min, 2 h
 #: between them in production; seconds in the demo).
@@ -129,7 +130,7 @@ def sign_up(conn: sa.Connection, *, name: str, email: str, plan: str, now: datet
     crm_job = enqueue(
         conn,
         "webhook.deliver",
-        {"endpoint": CRM_ENDPOINT, "event": "user.created", "data_ref": {"user_id": user_id}},
+        {"endpoint": CRM_ENDPOINT, "event": SIGNUP_EVENT, "data_ref": {"user_id": user_id}},
         idempotency_key=f"webhook:user:{user_id}:event:user.created",
         max_attempts=CRM_MAX_ATTEMPTS,
     )

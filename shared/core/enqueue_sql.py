@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.errors import missing_schema
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT, utcnow
 
@@ -132,6 +133,16 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
 
 def _insert(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int], dict[str, int]]:
     """(ids of the new unkeyed rows in input order, key → id of the new keyed rows)."""
+    try:
+        return _insert_rows(conn, rows)
+    except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+        missing = missing_schema(exc)
+        if missing is not None:
+            raise missing from exc
+        raise
+
+
+def _insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int], dict[str, int]]:
     if is_postgresql(conn):
         # One row of arrays instead of a row per job: a fraction of the fetch cost.
         unkeyed, keyed_ids, keys = conn.exec_driver_sql(

@@ -7,6 +7,24 @@ class JobdeskError(Exception):
     """Base class for errors raised by Jobdesk itself."""
 
 
+class SchemaMissingError(JobdeskError):
+    """Jobdesk's tables are not in the database the caller is writing to."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            "Jobdesk's tables are not in this database: run `jobdesk migrate` with "
+            f"JOBDESK_DATABASE_URL pointing at it first ({detail})"
+        )
+
+
+def missing_schema(exc: BaseException) -> SchemaMissingError | None:
+    """A SchemaMissingError for a database error that says a jobdesk_* table is missing."""
+    text = str(getattr(exc, "orig", None) or exc)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    missing = "no such table" in first or ("does not exist" in first and "relation" in first)
+    return SchemaMissingError(first) if missing and "jobdesk_" in first else None
+
+
 class ValidationError(JobdeskError, ValueError):
     """Input refused before anything was written; `field` names what was wrong."""
 

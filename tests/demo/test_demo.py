@@ -109,6 +109,8 @@ def _play_and_triage(tmp_path: Path, database_url: str | None) -> None:
         children = descendants(demo.proc.pid)
         assert worker_pid in children
         url = database_url or f"sqlite:///{tmp_path / 'jobdesk-demo' / 'jobdesk.db'}"
+        # The demo's folder never ends up in a repository; requests go to a log file.
+        assert (tmp_path / "jobdesk-demo" / ".gitignore").read_text().splitlines()[-1] == "*"
 
         state = wait_for(
             "the story's end state", lambda: _end_state(console), timeout=STORY_SECONDS
@@ -178,6 +180,8 @@ def _play_and_triage(tmp_path: Path, database_url: str | None) -> None:
     code = demo.stop(signal.SIGINT)
     assert code == 0, demo.output
     assert "Demo stopped" in demo.output
+    assert '"GET /' not in demo.output  # the dashboard's access log stays in its file
+    assert '"GET /' in (tmp_path / "jobdesk-demo" / "dashboard.log").read_text()
     wait_for(
         "every child process to exit",
         lambda: not [pid for pid in children if alive(pid)],

@@ -35,3 +35,19 @@ def test_duplicate_idempotency_key_returns_the_existing_id(engine: sa.Engine) ->
         second = enqueue(conn, "email.send", {"user_id": 1}, idempotency_key="welcome:1")
     assert first == second
     assert count_jobs(engine) == 1
+
+
+def test_enqueue_into_a_database_without_jobdesk_says_to_migrate(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+    import sqlalchemy as sa
+
+    from jobdesk import SchemaMissingError
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    with (
+        pytest.raises(SchemaMissingError, match="run `jobdesk migrate`") as caught,
+        engine.begin() as conn,
+    ):
+        enqueue(conn, "email.send", {"to": "ana@example.com", "template": "welcome"})
+    assert "jobdesk_jobs" in str(caught.value)
+    engine.dispose()
