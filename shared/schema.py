@@ -12,10 +12,20 @@ from jobdesk.shared.core.models import metadata
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
 from jobdesk.shared.reports import models as _reports
+from jobdesk.shared.retention import models as _retention
 from jobdesk.shared.schedules import models as _schedules
 from jobdesk.shared.webhooks import models as _webhooks
 
 __all__ = ["metadata"]
 
 # Imported for their side effect: each module registers its tables on `metadata`.
-_TABLE_MODULES = (_alerts, _audit, _limits, _operator, _reports, _schedules, _webhooks)
+_TABLE_MODULES = (
+    _alerts,
+    _audit,
+    _limits,
+    _operator,
+    _reports,
+    _retention,
+    _schedules,
+    _webhooks,
+)

@@ -10,9 +10,10 @@ from flask import Blueprint, Response, request
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
-from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
+from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
     PAGE_SIZES,
     RANGES,
@@ -27,8 +28,10 @@ from jobdesk.shared.operator.queries import (
     job_detail,
     job_status,
     list_jobs,
+    retries_of,
     stored_document,
 )
+from jobdesk.shared.retention.pruning import tombstone
 
 bp = Blueprint("jobs", __name__)
 
@@ -77,7 +80,20 @@ def index() -> Any:
 def detail(job_id: int) -> Any:
     with db.read() as conn:
         now = db.now(conn)
-        found = job_detail(conn, job_id)
+        try:
+            found = job_detail(conn, job_id)
+        except NotFoundError:
+            kept = tombstone(conn, job_id)
+            if kept is None:
+                raise
+            # Pruned by retention: what was kept of it, and what the audit trail says.
+            return render(
+                "jobs/pruned.html",
+                job=kept,
+                audit=entries_for_job(conn, job_id),
+                retried_as=retries_of(conn, job_id),
+                now=now,
+            )
     return render(
         "jobs/detail.html", detail=found, job=found.job, now=now, final=found.job["status"] in FINAL
     )

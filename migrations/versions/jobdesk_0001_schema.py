@@ -249,12 +249,6 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "timeout_seconds IS NULL OR timeout_seconds > 0", name=op.f("ck_jobdesk_jobs_timeout")
         ),
-        sa.ForeignKeyConstraint(
-            ["retried_from_id"],
-            ["jobdesk_jobs.id"],
-            name=op.f("fk_jobdesk_jobs_retried_from_id_jobdesk_jobs"),
-            ondelete="SET NULL",
-        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_jobs")),
         sqlite_autoincrement=True,
     )
@@ -636,6 +630,45 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
         batch_op.create_index("ix_jobdesk_schedules_next_run_at", ["next_run_at"], unique=False)
+    op.create_table(
+        "jobdesk_job_tombstones",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=False,
+            nullable=False,
+        ),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("idempotency_key", sa.String(length=200), nullable=True),
+        sa.Column(
+            "created_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column(
+            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column(
+            "retried_from_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
+        ),
+        sa.Column("resolution", sa.String(length=16), nullable=True),
+        sa.Column("resolved_by", sa.String(length=100), nullable=True),
+        sa.Column(
+            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column("resolution_reason", sa.Text(), nullable=True),
+        sa.Column(
+            "pruned_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_tombstones")),
+    )
+    with op.batch_alter_table("jobdesk_job_tombstones", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_jobdesk_job_tombstones_retried_from_id", ["retried_from_id"], unique=False
+        )
+        batch_op.create_index("ix_jobdesk_job_tombstones_pruned_at", ["pruned_at"], unique=False)
     if postgresql:
         op.create_index(
             "ix_jobdesk_jobs_last_error_trgm",
@@ -654,6 +687,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("jobdesk_job_tombstones")
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
         batch_op.drop_index("ix_jobdesk_schedules_next_run_at")
     op.drop_table("jobdesk_schedules")

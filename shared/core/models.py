@@ -97,9 +97,9 @@ class Job(Base):
     group_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
-    retried_from_id: Mapped[int | None] = mapped_column(
-        BigId, sa.ForeignKey("jobdesk_jobs.id", ondelete="SET NULL")
-    )
+    #: The dead job this one retries. No foreign key on purpose: when retention prunes
+    #: the dead job, its id stays here and leads to its tombstone (lineage survives).
+    retried_from_id: Mapped[int | None] = mapped_column(BigId)
     resolution: Mapped[str | None] = mapped_column(sa.String(16))
     resolved_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
     resolved_at: Mapped[datetime | None]

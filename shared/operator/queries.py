@@ -30,6 +30,7 @@ from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import UNRESOLVED, JobFilters
 from jobdesk.shared.reports.models import report_runs
+from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 ERROR_EXCERPT_CHARS = 300
@@ -352,6 +353,16 @@ def group_lane(conn: sa.Connection, job: dict[str, Any], limit: int = 10) -> Gro
     return GroupLane(key, total, position, blocked_by, head)
 
 
+def retries_of(conn: sa.Connection, job_id: int) -> list[LinkedJob]:
+    """The jobs that retry `job_id` (still there even when `job_id` itself was pruned)."""
+    return [
+        _linked(r)
+        for r in conn.execute(
+            sa.select(*_LINK_COLUMNS).where(jobs.c.retried_from_id == job_id).order_by(jobs.c.id)
+        )
+    ]
+
+
 def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
     """Everything the job page shows; raises NotFoundError for an unknown id."""
     documents = ("payload", "result", "progress")
@@ -396,13 +407,15 @@ def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
         parent = conn.execute(
             sa.select(*_LINK_COLUMNS).where(jobs.c.id == job["retried_from_id"])
         ).one_or_none()
-        retried_from = _linked(parent) if parent is not None else None
-    retried_as = [
-        _linked(r)
-        for r in conn.execute(
-            sa.select(*_LINK_COLUMNS).where(jobs.c.retried_from_id == job_id).order_by(jobs.c.id)
-        )
-    ]
+        if parent is not None:
+            retried_from = _linked(parent)
+        else:  # pruned by retention: its tombstone still says what it was
+            kept = tombstone(conn, job["retried_from_id"])
+            if kept is not None:
+                retried_from = LinkedJob(
+                    kept["id"], kept["status"], kept["resolution"], kept["created_at"]
+                )
+    retried_as = retries_of(conn, job_id)
     return JobDetail(
         job=job,
         attempts=attempts,

@@ -13,8 +13,10 @@ Policy (`RetentionPolicy`, each configurable with `JOBDESK_RETENTION_<NAME>`;
 | audit log entries                      | never    | `JOBDESK_RETENTION_AUDIT_DAYS`        |
 
 Unresolved dead letters are never deleted: a human has not decided yet. A job's attempts
-and webhook delivery log go with it (`ON DELETE CASCADE`); retries that point at a pruned
-dead job keep running (`retried_from_id` is `SET NULL`).
+and webhook delivery log go with it (`ON DELETE CASCADE`); a pruned dead or cancelled job,
+or a pruned retry, leaves a tombstone (id, type, final state, the decision: who, when,
+why) in `jobdesk_job_tombstones`, so the audit trail and a retry's `retried_from_id` still
+lead somewhere.
 
 Each function here deletes ONE batch (default 1,000 rows) chosen by an id cursor; the
 pruner commits after every batch, so no transaction holds locks for long and a huge
@@ -34,6 +36,7 @@ from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.reports.models import report_runs
+from jobdesk.shared.retention.models import job_tombstones
 from jobdesk.shared.settings.retention import RetentionPolicy
 
 
@@ -63,10 +66,14 @@ def prune_jobs_batch(
     *,
     after_id: int = 0,
     limit: int = 1000,
+    now: datetime | None = None,
 ) -> Batch:
     """Delete up to `limit` finished jobs of `status` that finished before `older_than`.
 
-    Dead jobs qualify only when resolved (and resolved before `older_than`).
+    Dead jobs qualify only when resolved (and resolved before `older_than`). Dead and
+    cancelled jobs (someone decided about them) and retries (they name a dead job) leave
+    a tombstone in the same transaction, so their audit rows and lineage still lead
+    somewhere; plain succeeded jobs go without a trace.
     """
     if status not in (JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.DEAD):
         raise ValueError(f"only final jobs are pruned, not {status}")
@@ -78,7 +85,42 @@ def prune_jobs_batch(
             sa.select(jobs.c.id).where(guard, jobs.c.id > after_id).order_by(jobs.c.id).limit(limit)
         ).scalars()
     )
+    if ids:
+        _bury(conn, ids, guard, status, now or older_than)
     return Batch(_delete_ids(conn, jobs, ids, guard), ids[-1] if ids else None)
+
+
+_TOMBSTONE_COLUMNS = (
+    "id", "job_type", "queue", "status", "attempts", "idempotency_key", "created_at",
+    "finished_at", "retried_from_id", "resolution", "resolved_by", "resolved_at",
+    "resolution_reason",
+)  # fmt: skip
+#: The last error kept on a tombstone (the attempts' full history goes with the job).
+TOMBSTONE_ERROR_CHARS = 2000
+
+
+def _bury(
+    conn: sa.Connection, ids: list[int], guard: Any, status: JobStatus, now: datetime
+) -> None:
+    worth_keeping = (
+        jobs.c.retried_from_id.is_not(None) if status is JobStatus.SUCCEEDED else sa.true()
+    )
+    source = sa.select(
+        *(jobs.c[name] for name in _TOMBSTONE_COLUMNS),
+        sa.func.substr(jobs.c.last_error, 1, TOMBSTONE_ERROR_CHARS),
+        sa.literal(now, jobs.c.created_at.type),
+    ).where(jobs.c.id.in_(ids), guard, worth_keeping)
+    conn.execute(
+        sa.insert(job_tombstones).from_select(
+            [*_TOMBSTONE_COLUMNS, "last_error", "pruned_at"], source
+        )
+    )
+
+
+def tombstone(conn: sa.Connection, job_id: int) -> dict[str, Any] | None:
+    """What is kept of a pruned job, or None (never pruned, or pruned without a trace)."""
+    row = conn.execute(sa.select(job_tombstones).where(job_tombstones.c.id == job_id)).first()
+    return None if row is None else dict(row._mapping)
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,3 +326,29 @@ def test_alerts_lead_to_their_jobs_endpoint_and_error(viewer: Browser, engine: s
     assert 'href="/jobs?type=webhook.deliver&amp;status=dead">its jobs</a>' in html
     assert 'href="/endpoints#endpoint-crm">endpoint crm</a>' in html
     assert "same incident as alert #41" in html
+
+
+def test_a_pruned_dead_letter_keeps_its_story(operator: Browser, engine: sa.Engine) -> None:
+    """Retention prunes a resolved dead letter: its page, its audit rows and its retry's
+    link still lead somewhere (a tombstone)."""
+    from jobdesk.shared.core.states import JobStatus
+    from jobdesk.shared.retention.pruning import prune_jobs_batch
+
+    with engine.begin() as conn:
+        dead_id = dead_job(conn)
+    assert operator.post(f"/jobs/{dead_id}/ignore", {"reason": "customer left"}).status_code == 303
+    with engine.begin() as conn:
+        retry = make_job(conn, retried_from_id=dead_id)
+        later = datetime.now(UTC) + timedelta(days=1)
+        assert prune_jobs_batch(conn, JobStatus.DEAD, later, now=later).deleted == 1
+    page = operator.get(f"/jobs/{dead_id}")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert "This job was pruned." in html
+    assert "It was ignored by otto" in html
+    assert "customer left" in html
+    assert f'href="/jobs/{retry}"' in html
+    assert "ignore" in html  # the audit entry
+    child = operator.get(f"/jobs/{retry}").get_data(as_text=True)
+    assert f'href="/jobs/{dead_id}"' in child
+    assert operator.get("/jobs/999999").status_code == 404

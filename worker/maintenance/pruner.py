@@ -69,7 +69,7 @@ def run_once(engine: sa.Engine, now: datetime | None, settings: Settings) -> Pru
             older: datetime = older_than,
         ) -> Batch:
             return retention.prune_jobs_batch(
-                conn, status, older, after_id=after, limit=policy.batch_size
+                conn, status, older, after_id=after, limit=policy.batch_size, now=now
             )
 
         _drain(engine, name, prune_jobs, policy, result)

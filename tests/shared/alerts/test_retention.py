@@ -11,6 +11,7 @@ from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.reports.models import report_runs
+from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.webhooks.models import webhook_deliveries
@@ -105,8 +106,16 @@ def test_prunes_by_policy_in_batches_and_keeps_unresolved_dead_letters(
         assert unresolved == 3
         for table in (job_attempts, webhook_deliveries):
             assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+        # The retry still names the pruned dead job, and its tombstone says what it was.
         retried = conn.execute(sa.select(jobs.c.retried_from_id).where(jobs.c.id == retry))
-        assert retried.scalar() is None
+        assert retried.scalar() == resolved_old[0]
+        kept = tombstone(conn, resolved_old[0])
+        assert kept is not None
+        assert (kept["status"], kept["resolution"], kept["resolved_by"]) == (
+            "dead",
+            "ignored",
+            "ana",
+        )
         assert conn.execute(sa.select(sa.func.count()).select_from(audit_log)).scalar() == 1
         assert conn.execute(sa.select(sa.func.count()).select_from(report_runs)).scalar() == 1
 
