@@ -16,6 +16,8 @@ import click
 from jobdesk.cli.app import cli, engine_from, user_errors
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from jobdesk.shared.settings import Settings
     from jobdesk.worker.completer import RecordOutcome
 
@@ -161,6 +163,7 @@ def worker(
             "database may wait for one",
             err=True,
         )
+    _check_connection_budget(engine, config.total_slots, settings)
     with _metrics(settings) as record_outcome:
         runner = Runner(
             engine,
@@ -175,6 +178,27 @@ def worker(
     engine.dispose()
     handler_engine.dispose()
     ctx.exit(code)
+
+
+def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Settings) -> None:
+    """Refuse a fleet that cannot fit in the server's max_connections; warn when this
+    process alone might not (PostgreSQL only; SQLite has no connection limit)."""
+    from jobdesk.shared.core.capacity import server_capacity
+    from jobdesk.shared.core.db import is_postgresql
+    from jobdesk.worker.budget import BudgetError, budget_for, check_budget
+    from jobdesk.worker.config import RESERVED_CONNECTIONS
+
+    if not is_postgresql(engine):
+        return
+    with engine.connect() as conn:
+        capacity = server_capacity(conn)
+    budget = budget_for(total_slots, settings, RESERVED_CONNECTIONS)
+    try:
+        warning = check_budget(budget, settings, capacity)
+    except BudgetError as exc:
+        raise click.ClickException(str(exc)) from None
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @contextlib.contextmanager

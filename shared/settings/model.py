@@ -115,6 +115,14 @@ class Settings:
         group=WORKER,
         shown_default="max(2, slots)",
     )
+    fleet_processes: int | None = setting(
+        None,
+        "worker processes in the whole fleet (hosts times processes per host): a worker refuses "
+        "to start when they could open more connections than the server allows",
+        group=WORKER,
+        minimum=1,
+        shown_default="— (only this process is checked)",
+    )
     worker_prune_after_seconds: float = setting(
         3600.0, "rows of workers silent this long are removed", group=WORKER, positive=True
     )
