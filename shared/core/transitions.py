@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.claim import JobRef
+from jobdesk.shared.core.claim import ClaimedJob, JobRef
 from jobdesk.shared.core.db import dump_json, is_postgresql
 from jobdesk.shared.core.leases import renew_leases
 from jobdesk.shared.core.masking import fingerprint, sanitize_error
@@ -68,9 +67,13 @@ def _is_mine(ref: JobRef) -> sa.ColumnElement[bool]:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    ref: JobRef
+class Completion(NamedTuple):
+    """One success to write. `ref` may be the `ClaimedJob` itself: it has the same
+    `id`, `lease_token`, `attempt`, `worker_id` and `started_at` as its `JobRef`, and the
+    completer saves building a `JobRef` per job that way (a NamedTuple, not a frozen
+    dataclass, for the same reason: one of these per completed job)."""
+
+    ref: JobRef | ClaimedJob
     result: Any = None
 
 
