@@ -1,29 +1,50 @@
-"""Worker throughput: N no-op jobs drained by ONE `jobdesk worker` process, beside a raw
-psycopg claim/complete loop (batches of 100, `FOR UPDATE SKIP LOCKED`) in the same run.
+"""Worker throughput: N no-op jobs drained by ONE `jobdesk worker` process, side by side
+with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
 
     .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--concurrency 200]
-                                         [--only postgresql|sqlite] [--skip-raw]
+                                         [--rounds 3] [--only postgresql|sqlite]
+                                         [--skip-raw] [--skip-pgqueuer]
+    .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
 
-Jobs are enqueued first (not timed); the worker is then started and the rate is
-N / (last finished_at - first started_at) as recorded by the database, so process
-start-up is not counted. The raw loop drains an identical backlog: one thread, claim
-100 rows per statement, mark them succeeded per batch (it writes no attempt rows and no
-results — a floor for what any Python worker can do here).
+Jobs are enqueued first (not timed); the consumer is then started and the rate is
+N / (last finished - first started) as recorded by the database, so process start-up is
+not counted. On PostgreSQL every round drains an identical fresh backlog once with each
+of the three, in a rotating order so that load from elsewhere on the machine hits them
+alike; the medians follow, and the ratios Jobdesk/PgQueuer and Jobdesk/raw as the median
+of each round's ratio (drains run back to back share the machine's load) and as the
+ratio of the medians. Compare ratios from one run, never absolute figures across runs.
 
-PostgreSQL: JOBDESK_BENCH_POSTGRES_URL, default a fresh database `jobdesk_bench_worker`
-on postgresql+psycopg://root@127.0.0.1:5432 (dropped and re-created, then migrated).
+- Jobdesk: `jobdesk worker --concurrency 200` (otherwise default settings).
+- PgQueuer 1.6 (`pgqueuer_peer.py`): asyncpg, 1 consumer, batches of 100 — its best
+  configuration here — in its own virtualenv (`bench/.venv-pgqueuer`, created on first
+  use) and its own database, schema from `pgq install`.
+- raw: one thread, claim 100 rows per statement (`FOR UPDATE SKIP LOCKED`), mark them
+  succeeded per batch. It writes no attempt rows and no results: a floor for what any
+  Python worker can do here, on Jobdesk's own table.
+
+`--ci-guard`: `GUARD_JOBS` jobs, `GUARD_ROUNDS` alternating rounds of Jobdesk and the raw
+loop on PostgreSQL; prints the figures and exits non-zero when the median of the rounds'
+Jobdesk/raw ratios is below `GUARD_FLOOR`. A ratio within one run, never a time.
+
+PostgreSQL: JOBDESK_BENCH_POSTGRES_URL, default fresh databases `jobdesk_bench_worker`
+and `jobdesk_bench_pgqueuer` on postgresql+psycopg://root@127.0.0.1:5432 (dropped and
+re-created, then migrated / installed).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
+import pgqueuer_peer
 import psycopg
 import sqlalchemy as sa
 
@@ -54,8 +75,8 @@ UPDATE jobdesk_jobs SET status = 'succeeded', finished_at = now(), updated_at = 
 """
 
 
-def fresh_postgres() -> str:
-    server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
+def fresh_postgres(server: str | None = None) -> str:
+    server = server or os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     base = sa.make_url(server)
     admin = sa.create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -115,9 +136,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[float, float, float]:
-    """(jobs/s by the database's timestamps, wall seconds, worker CPU µs per job)."""
-    env = dict(os.environ, JOBDESK_DATABASE_URL=url, JOBDESK_POLL_INTERVAL_SECONDS="0.2")
+class Measured(NamedTuple):
+    rate: float
+    """jobs/s"""
+    cpu_us: float
+    """CPU µs per job of the consumer process (the raw loop: of this process)"""
+
+
+def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> Measured:
+    """One `jobdesk worker` drains the backlog; jobs/s by the database's timestamps."""
+    env = dict(os.environ, JOBDESK_DATABASE_URL=url)
     proc = subprocess.Popen(
         [
             str(JOBDESK),
@@ -157,15 +185,14 @@ def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> tuple[f
     finally:
         proc.terminate()
         proc.wait(30)
-    wall = time.monotonic() - started
     cpu_per_job = float("nan")
     if first is not None and last[0] > first[0]:
         cpu_per_job = (last[1] - first[1]) / (last[0] - first[0]) * 1e6
-    return measured_rate(engine, n), wall, cpu_per_job
+    return Measured(measured_rate(engine, n), cpu_per_job)
 
 
-def run_raw_postgres(url: str, n: int) -> tuple[float, float]:
-    """(jobs/s, CPU µs per job of this Python loop)."""
+def run_raw_postgres(url: str, n: int) -> Measured:
+    """The raw loop drains the backlog (CPU µs per job of this Python loop)."""
     conninfo = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     done = 0
     with psycopg.connect(conninfo) as conn:
@@ -182,34 +209,154 @@ def run_raw_postgres(url: str, n: int) -> tuple[float, float]:
         elapsed = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
     assert done == n, f"raw loop drained {done}/{n}"
-    return n / elapsed, cpu / n * 1e6
+    return Measured(n / elapsed, cpu / n * 1e6)
+
+
+#: The three consumers, by the names the output uses.
+WORKER, PGQUEUER, RAW = "jobdesk", "pgqueuer", "raw"
+Drain = Callable[[int], Measured]
+
+
+def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> dict[str, Drain]:
+    """One fresh database per system; each drain starts from a fresh backlog of n."""
+    url = fresh_postgres(server)
+    engine = make_engine(url, settings=Settings())
+    drains: dict[str, Drain] = {}
+    if WORKER in systems:
+
+        def jobdesk_drain(n: int) -> Measured:
+            reset_and_fill(engine, n)
+            return run_worker(url, engine, n, concurrency)
+
+        drains[WORKER] = jobdesk_drain
+    if PGQUEUER in systems:
+        pgqueuer_peer.ensure_venv()
+        dsn = pgqueuer_peer.fresh_database(server)
+        drains[PGQUEUER] = lambda n: Measured(*pgqueuer_peer.drain(dsn, n))
+    if RAW in systems:
+
+        def raw_drain(n: int) -> Measured:
+            reset_and_fill(engine, n)
+            return run_raw_postgres(url, n)
+
+        drains[RAW] = raw_drain
+    return drains
+
+
+def rounds(drains: dict[str, Drain], n: int, count: int) -> dict[str, list[Measured]]:
+    """`count` rounds; round r starts with the r-th system (rotating order)."""
+    names = list(drains)
+    results: dict[str, list[Measured]] = {name: [] for name in names}
+    for index in range(count):
+        order = names[index % len(names) :] + names[: index % len(names)]
+        cells = []
+        for name in order:
+            got = drains[name](n)
+            results[name].append(got)
+            cells.append(f"{name} {got.rate:>8,.0f}")
+        print(f"  {n:>7} jobs  round {index + 1}: " + "   ".join(cells), flush=True)
+    return results
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def summary(backend: str, n: int, results: dict[str, list[Measured]]) -> dict[str, float]:
+    """Print the medians (and the ratios against Jobdesk); returns the median rates."""
+    rates = {name: median([m.rate for m in got]) for name, got in results.items()}
+    parts = []
+    for name, got in results.items():
+        cpu = median([m.cpu_us for m in got])
+        parts.append(f"{name}: {rates[name]:>8,.0f} jobs/s ({cpu:,.0f} µs CPU/job)")
+    line = f"{backend:<10} {n:>7} jobs  median of {len(next(iter(results.values())))}  "
+    line += "   ".join(parts)
+    print(line, flush=True)
+    for peer in (PGQUEUER, RAW):
+        if WORKER in rates and peer in rates:
+            # Each round's ratio compares drains run back to back, under the same load from
+            # elsewhere; the median of those is the figure to trust on a shared machine.
+            ratios = round_ratios(results, peer)
+            print(
+                f"{'':<10} {n:>7} jobs  jobdesk/{peer}: {median(ratios):.2f} median of rounds "
+                f"({', '.join(f'{r:.2f}' for r in ratios)}); "
+                f"of medians {rates[WORKER] / rates[peer]:.2f}",
+                flush=True,
+            )
+    return rates
+
+
+def round_ratios(results: dict[str, list[Measured]], peer: str) -> list[float]:
+    """Jobdesk's rate over `peer`'s, round by round."""
+    return [j.rate / o.rate for j, o in zip(results[WORKER], results[peer], strict=True)]
+
+
+#: The CI guard: a short side-by-side run; fails below this Jobdesk/raw ratio.
+GUARD_JOBS = 10_000
+GUARD_ROUNDS = 3
+GUARD_FLOOR = 0.40
+
+
+def ci_guard(server: str, concurrency: int) -> int:
+    drains = postgres_drains(server, [WORKER, RAW], concurrency)
+    results = rounds(drains, GUARD_JOBS, GUARD_ROUNDS)
+    rates = summary("postgresql", GUARD_JOBS, results)
+    ratios = round_ratios(results, RAW)
+    ratio = median(ratios)
+    verdict = "ok" if ratio >= GUARD_FLOOR else "FAIL"
+    print(
+        f"throughput guard: jobdesk {rates[WORKER]:,.0f} jobs/s, raw loop {rates[RAW]:,.0f} "
+        f"jobs/s; median ratio {ratio:.0%} (rounds: "
+        f"{', '.join(f'{r:.0%}' for r in ratios)}; floor {GUARD_FLOOR:.0%}): {verdict}",
+        flush=True,
+    )
+    return 0 if ratio >= GUARD_FLOOR else 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[20_000, 100_000])
     parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=["postgresql", "sqlite"])
     parser.add_argument("--skip-raw", action="store_true")
+    parser.add_argument("--skip-pgqueuer", action="store_true")
+    parser.add_argument("--ci-guard", action="store_true", help="see the module docstring")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        backends = [args.only] if args.only else ["postgresql", "sqlite"]
-        for backend in backends:
-            url = fresh_postgres() if backend == "postgresql" else fresh_sqlite(Path(tmp))
+    server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
+    if args.ci_guard:
+        sys.exit(ci_guard(server, args.concurrency))
+    backends = [args.only] if args.only else ["postgresql", "sqlite"]
+    if "postgresql" in backends:
+        systems = [WORKER]
+        systems += [] if args.skip_pgqueuer else [PGQUEUER]
+        systems += [] if args.skip_raw else [RAW]
+        drains = postgres_drains(server, systems, args.concurrency)
+        jobdesk_rate: dict[int, float] = {}
+        for n in args.jobs:
+            rates = summary("postgresql", n, rounds(drains, n, args.rounds))
+            jobdesk_rate[n] = rates[WORKER]
+        if len(jobdesk_rate) > 1:
+            smallest, largest = min(jobdesk_rate), max(jobdesk_rate)
+            print(
+                f"postgresql jobdesk at a {largest:,} backlog: "
+                f"{jobdesk_rate[largest] / jobdesk_rate[smallest]:.0%} of its {smallest:,} rate",
+                flush=True,
+            )
+    if "sqlite" in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = fresh_sqlite(Path(tmp))
             # DEFERRED: the progress polls only read, so on SQLite they never queue for
             # the write lock the worker is using.
             engine = make_engine(url, settings=Settings(), sqlite_begin="DEFERRED")
             for n in args.jobs:
                 reset_and_fill(engine, n)
-                rate, wall, cpu = run_worker(url, engine, n, args.concurrency)
-                line = f"{backend:<10} {n:>7} jobs  jobdesk worker: {rate:>8,.0f} jobs/s"
-                line += f" ({cpu:,.0f} µs CPU/job; wall incl. start-up {wall:.1f}s)"
-                if backend == "postgresql" and not args.skip_raw:
-                    reset_and_fill(engine, n)
-                    raw, raw_cpu = run_raw_postgres(url, n)
-                    line += f"   raw psycopg loop: {raw:>8,.0f} jobs/s ({raw_cpu:,.0f} µs CPU/job)"
-                    line += f"   ratio {rate / raw:.0%}"
-                print(line, flush=True)
+                got = run_worker(url, engine, n, args.concurrency)
+                print(
+                    f"sqlite     {n:>7} jobs  jobdesk worker: {got.rate:>8,.0f} jobs/s "
+                    f"({got.cpu_us:,.0f} µs CPU/job)",
+                    flush=True,
+                )
             engine.dispose()
 
 

@@ -67,7 +67,7 @@ def apply_outcomes(
         completion = transitions.Completion
         done = set(
             transitions.complete_many(
-                conn, [completion(o.job.ref, o.result) for o in successes], now=now
+                conn, [completion(o.job, o.result) for o in successes], now=now
             )
         )
         succeeded = JobStatus.SUCCEEDED

@@ -66,16 +66,28 @@ class JobContext:
     a context made by hand (a handler's unit test) reads the environment."""
     deadline: float | None = None
     """`time.monotonic()` value at which the attempt's hard timeout fires."""
-    log: logging.LoggerAdapter[logging.Logger] = field(init=False)
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set when the attempt timed out or the worker is shutting down; long handlers
     should check it between steps and stop early."""
+    _log: logging.LoggerAdapter[logging.Logger] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
-    def __post_init__(self) -> None:
-        self.log = JobLogger(
-            logging.getLogger(f"jobdesk.job.{self.job_type}"),
-            {"job_id": self.job_id, "job_type": self.job_type, "attempt": self.attempt},
-        )
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger bound to the job (its id, type and attempt on every record).
+
+        Built on first use: most handlers never log, and `logging.getLogger` plus the
+        adapter were over half of building a context — once per job on the worker's
+        hot path.
+        """
+        log = self._log
+        if log is None:
+            log = self._log = JobLogger(
+                logging.getLogger(f"jobdesk.job.{self.job_type}"),
+                {"job_id": self.job_id, "job_type": self.job_type, "attempt": self.attempt},
+            )
+        return log
 
     @property
     def is_last_attempt(self) -> bool:

@@ -5,7 +5,9 @@ Every `heartbeat_seconds` it extends the lease of each held job (claimed, runnin
 finished but not yet written by the completer). A job missing from the answer was
 taken away — the reaper decided this worker was gone, e.g. after a long pause — so its
 attempt is fenced: the handler is told to stop (`ctx.cancelled`) and nothing will be
-written for it.
+written for it. A job whose row was busy (a completion or a progress update holding it:
+PostgreSQL renewals skip locked rows rather than wait) is still held, not lost; its
+lease is renewed by the next heartbeat.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.transitions import extend_lease
+from jobdesk.shared.core.leases import renew_leases
 from jobdesk.shared.core.worker_registry import heartbeat_worker
 from jobdesk.worker.executor import Attempt
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, OutageLog
@@ -54,6 +56,8 @@ class Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
         self._outage = OutageLog(log, "heartbeat")
         self.beats = 0
+        #: Leases passed over because their row was busy (kept; renewed next beat).
+        self.skipped = 0
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -82,21 +86,29 @@ class Heartbeat(threading.Thread):
         refs = [a.job.ref for a in attempts]
         now = self._clock()
         kept: set[int] = set()
+        busy = 0
         with self._engine.begin() as conn:
-            for start in range(0, len(refs), CHUNK):
-                kept.update(
-                    extend_lease(
-                        conn,
-                        refs[start : start + CHUNK],
-                        lease_seconds=self._lease_seconds,
-                        now=now,
-                    )
-                )
+            # The `workers` row first: it is the one write here that may wait for a lock,
+            # and no job row is held yet while it does (completions never queue behind it).
             if not heartbeat_worker(
                 conn, self._worker_id, now=now, clock_skew_seconds=self._skew()
             ):
                 self._register(conn, now)
+            for start in range(0, len(refs), CHUNK):
+                renewal = renew_leases(
+                    conn, refs[start : start + CHUNK], lease_seconds=self._lease_seconds, now=now
+                )
+                kept.update(renewal.renewed)
+                kept.update(renewal.busy)  # still ours: renewed next time
+                busy += len(renewal.busy)
         self.beats += 1
+        self.skipped += busy
+        if busy:
+            log.debug(
+                "%d leases not renewed this time (rows busy); next heartbeat renews them",
+                busy,
+                extra={"action": "lease_renewal_skipped", "jobs": busy},
+            )
         for job_id, attempt in by_id.items():
             if job_id not in kept and attempt.fence():
                 log.warning(

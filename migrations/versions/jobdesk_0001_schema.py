@@ -288,7 +288,13 @@ def upgrade() -> None:
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         )
-        batch_op.create_index("ix_jobdesk_jobs_retried_from_id", ["retried_from_id"], unique=False)
+        batch_op.create_index(
+            "ix_jobdesk_jobs_retried_from_id",
+            ["retried_from_id"],
+            unique=False,
+            postgresql_where=sa.text("retried_from_id IS NOT NULL"),
+            sqlite_where=sa.text("retried_from_id IS NOT NULL"),
+        )
         batch_op.create_index(
             "ix_jobdesk_jobs_running_lease",
             ["lease_expires_at"],
@@ -313,8 +319,8 @@ def upgrade() -> None:
             "uq_jobdesk_jobs_running_group_key",
             ["group_key"],
             unique=True,
-            postgresql_where=sa.text("status = 'running'"),
-            sqlite_where=sa.text("status = 'running'"),
+            postgresql_where=sa.text("status = 'running' AND group_key IS NOT NULL"),
+            sqlite_where=sa.text("status = 'running' AND group_key IS NOT NULL"),
         )
 
     op.create_table(
@@ -511,7 +517,11 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
         batch_op.create_index(
-            "ix_jobdesk_job_attempts_error_fingerprint", ["error_fingerprint"], unique=False
+            "ix_jobdesk_job_attempts_error_fingerprint",
+            ["error_fingerprint"],
+            unique=False,
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
         )
         batch_op.create_index(
             "ix_jobdesk_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False
@@ -676,6 +686,7 @@ def upgrade() -> None:
             ["last_error"],
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
+            postgresql_where=sa.text("last_error IS NOT NULL"),
         )
         op.create_index(
             "ix_jobdesk_job_attempts_error_trgm",
@@ -683,6 +694,7 @@ def upgrade() -> None:
             ["error"],
             postgresql_using="gin",
             postgresql_ops={"error": "gin_trgm_ops"},
+            postgresql_where=sa.text("error IS NOT NULL"),
         )
 
 
@@ -718,8 +730,8 @@ def downgrade() -> None:
     with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
         batch_op.drop_index(
             "uq_jobdesk_jobs_running_group_key",
-            postgresql_where=sa.text("status = 'running'"),
-            sqlite_where=sa.text("status = 'running'"),
+            postgresql_where=sa.text("status = 'running' AND group_key IS NOT NULL"),
+            sqlite_where=sa.text("status = 'running' AND group_key IS NOT NULL"),
         )
         batch_op.drop_index(
             "uq_jobdesk_jobs_idempotency_key",

@@ -9,6 +9,10 @@ and two partial indexes carry the queue's hot path:
   never slow the claim down;
 - `uq_jobdesk_jobs_running_group_key`: at most one `running` job per `group_key` — per-key
   serial execution is a database fact, not a hope.
+
+Indexes that are only ever searched for a value (`=`, `ILIKE`, a foreign key) leave NULL
+rows out (`… IS NOT NULL`): every claim and completion writes a new row version, and a
+NULL entry in each of them was index work on every job for nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def in_list(column: str, values: tuple[str, ...] | list[str]) -> str:
 
 
 _CLAIMABLE_SQL = in_list("status", sorted(CLAIMABLE))
+# NULL keys never collide in a unique index, so leaving them out changes nothing but the
+# index work of every ungrouped claim.
+_RUNNING_GROUP_SQL = "status = 'running' AND group_key IS NOT NULL"
 
 
 class Base(DeclarativeBase):
@@ -144,8 +151,8 @@ class Job(Base):
             "uq_jobdesk_jobs_running_group_key",
             "group_key",
             unique=True,
-            postgresql_where=sa.text("status = 'running'"),
-            sqlite_where=sa.text("status = 'running'"),
+            postgresql_where=sa.text(_RUNNING_GROUP_SQL),
+            sqlite_where=sa.text(_RUNNING_GROUP_SQL),
         ),
         # A group's order: active jobs by (priority, id); the claim checks for predecessors.
         sa.Index(
@@ -177,7 +184,12 @@ class Job(Base):
         ),
         sa.Index("ix_jobdesk_jobs_status_queue_job_type", "status", "queue", "job_type"),
         sa.Index("ix_jobdesk_jobs_status_finished_at", "status", "finished_at"),
-        sa.Index("ix_jobdesk_jobs_retried_from_id", "retried_from_id"),
+        sa.Index(
+            "ix_jobdesk_jobs_retried_from_id",
+            "retried_from_id",
+            postgresql_where=sa.text("retried_from_id IS NOT NULL"),
+            sqlite_where=sa.text("retried_from_id IS NOT NULL"),
+        ),
         sa.Index("ix_jobdesk_jobs_dead_fingerprint", "status", "error_fingerprint"),
         # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
         # with first/last seen and newest id, answered from this index alone.
@@ -195,6 +207,7 @@ class Job(Base):
             "last_error",
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
+            postgresql_where=sa.text("last_error IS NOT NULL"),
         ).ddl_if(dialect="postgresql"),
         # SQLite would reuse the id of a deleted newest row; job ids are referenced by
         # audit rows, effects and links, so they must never come back.
@@ -220,7 +233,12 @@ class JobAttempt(Base):
     __table_args__ = (
         sa.CheckConstraint(in_list("outcome", list(AttemptOutcome)), name="outcome"),
         sa.Index("ix_jobdesk_job_attempts_job_id_attempt", "job_id", "attempt"),
-        sa.Index("ix_jobdesk_job_attempts_error_fingerprint", "error_fingerprint"),
+        sa.Index(
+            "ix_jobdesk_job_attempts_error_fingerprint",
+            "error_fingerprint",
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
+        ),
         # The repeated-error alert scans the last minutes of failed attempts.
         sa.Index("ix_jobdesk_job_attempts_finished_at", "finished_at"),
         sa.Index(
@@ -228,6 +246,7 @@ class JobAttempt(Base):
             "error",
             postgresql_using="gin",
             postgresql_ops={"error": "gin_trgm_ops"},
+            postgresql_where=sa.text("error IS NOT NULL"),
         ).ddl_if(dialect="postgresql"),
     )
 

@@ -112,6 +112,63 @@ def test_partial_indexes_exist_with_their_conditions(empty_engine: sa.Engine) ->
         assert not names & POSTGRESQL_ONLY_INDEXES
 
 
+#: Searched only for a value (`=`, `ILIKE`, a foreign key): NULL rows are left out
+#: so claims and completions do not add an entry to each per job.
+VALUE_ONLY_INDEXES = {
+    "ix_jobdesk_jobs_retried_from_id": "retried_from_id is not null",
+    "uq_jobdesk_jobs_running_group_key": "group_key is not null",
+    "ix_jobdesk_job_attempts_error_fingerprint": "error_fingerprint is not null",
+    "ix_jobdesk_jobs_last_error_trgm": "last_error is not null",
+    "ix_jobdesk_job_attempts_error_trgm": "error is not null",
+}
+
+
+def index_sql(engine: sa.Engine) -> dict[str, str]:
+    """Each index's definition as the database keeps it, lower-cased."""
+    query = (
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'jobdesk_%'"
+        if engine.dialect.name == "postgresql"
+        else "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+    )
+    with engine.connect() as conn:
+        return {name: sql.lower() for name, sql in conn.execute(sa.text(query))}
+
+
+def test_value_only_indexes_leave_null_rows_out(empty_engine: sa.Engine) -> None:
+    upgrade(empty_engine)
+    expected = {
+        name: predicate
+        for name, predicate in VALUE_ONLY_INDEXES.items()
+        if empty_engine.dialect.name == "postgresql" or name not in POSTGRESQL_ONLY_INDEXES
+    }
+    definitions = index_sql(empty_engine)
+    for name, predicate in expected.items():
+        assert predicate in definitions[name], definitions[name]
+    assert "status" in definitions["uq_jobdesk_jobs_running_group_key"]
+    assert drift(empty_engine) == []
+
+
+@pytest.mark.postgresql_only
+def test_value_lookups_still_use_the_partial_indexes(empty_engine: sa.Engine) -> None:
+    """The planner proves `… IS NOT NULL` from a strict search condition."""
+    upgrade(empty_engine)
+    searches = {
+        "ix_jobdesk_jobs_last_error_trgm": "FROM jobdesk_jobs WHERE last_error ILIKE '%boom%'",
+        "ix_jobdesk_job_attempts_error_trgm": (
+            "FROM jobdesk_job_attempts WHERE error ILIKE '%boom%'"
+        ),
+        "ix_jobdesk_jobs_retried_from_id": "FROM jobdesk_jobs WHERE retried_from_id = 7",
+        "ix_jobdesk_job_attempts_error_fingerprint": (
+            "FROM jobdesk_job_attempts WHERE error_fingerprint = 'abc'"
+        ),
+    }
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        for index, search in searches.items():
+            plan = "\n".join(conn.execute(sa.text(f"EXPLAIN SELECT 1 {search}")).scalars())
+            assert index in plan, plan
+
+
 def test_every_table_and_index_is_namespaced(empty_engine: sa.Engine) -> None:
     upgrade(empty_engine)
     inspector = sa.inspect(empty_engine)
