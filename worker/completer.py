@@ -10,6 +10,7 @@ keep being extended, so a slow database never turns finished work into "worker l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -219,7 +220,9 @@ class Completer(threading.Thread):
         except Exception:
             # Not an outage but a bug or a constraint: write one by one so one bad
             # outcome cannot hold the others back. An outcome that still cannot be
-            # written is dropped; its lease runs out and the reaper retries the job.
+            # written becomes a failed attempt naming why (dead at once: the handler
+            # may have done its work, so it must not run again) — never left to the
+            # reaper to call "worker lost" and rerun (B12).
             log.exception(
                 "writing %d outcomes failed; writing them one by one",
                 len(batch),
@@ -229,12 +232,8 @@ class Completer(threading.Thread):
             for attempt in batch:
                 try:
                     applied.extend(self._write_with_retry([attempt]))
-                except Exception:
-                    log.exception(
-                        "outcome of job %s could not be written; left to the reaper",
-                        attempt.job.id,
-                        extra={"action": "completer_dropped", "job_id": attempt.job.id},
-                    )
+                except Exception as exc:
+                    applied.extend(self._write_unstorable(attempt, exc))
         log_applied(applied, self._worker_id)
         if self._record_outcome is not None:
             record = self._record_outcome
@@ -246,8 +245,33 @@ class Completer(threading.Thread):
             if self._pending == 0:
                 self._idle.notify_all()
 
+    def _write_unstorable(self, attempt: Attempt, exc: Exception) -> list[Applied]:
+        outcome = attempt.outcome
+        if outcome is None:
+            return []
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        replacement = dataclasses.replace(
+            outcome,
+            kind=Kind.PERMANENT,
+            result=None,
+            delay_seconds=None,
+            error=f"OutcomeNotStorable: the attempt's outcome ({outcome.kind.value}) could "
+            f"not be written: {type(exc).__name__}: {reason[0] if reason else ''}",
+        )
+        try:
+            return self._write_outcomes([replacement])
+        except Exception:
+            log.exception(
+                "outcome of job %s could not be written at all; left to the reaper",
+                attempt.job.id,
+                extra={"action": "completer_dropped", "job_id": attempt.job.id},
+            )
+            return []
+
     def _write_with_retry(self, batch: list[Attempt]) -> list[Applied]:
-        outcomes = [a.outcome for a in batch if a.outcome is not None]
+        return self._write_outcomes([a.outcome for a in batch if a.outcome is not None])
+
+    def _write_outcomes(self, outcomes: list[Outcome]) -> list[Applied]:
         backoff = Backoff()
         while True:
             try:

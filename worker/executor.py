@@ -12,6 +12,7 @@ so a job is never both released and completed.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -24,8 +25,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import ClaimedJob
-from jobdesk.shared.core.db import SerializedJSON, dump_json
-from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
+from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
+from jobdesk.shared.core.retry import RetryPolicy
+from jobdesk.shared.core.validation import serialize_document
 from jobdesk.shared.limits.rate_limits import try_acquire
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
@@ -73,11 +75,20 @@ def describe_exception(exc: BaseException) -> str:
     return f"{head}\n{stack}" if stack else head
 
 
-def _json_result(result: Any) -> Any:
-    """The handler's return value, serialised once; a TypeError/ValueError if not JSON."""
+def _json_result(result: Any, max_bytes: int) -> Any:
+    """The handler's return value, serialised once and checked like a payload (strict
+    JSON, no NUL or lone surrogate, depth and size bounded): anything the database could
+    not store raises ValidationError here, not later in the completer's batch."""
     if result is None:
         return None
-    return SerializedJSON(dump_json(result))
+    return serialize_document("result", result, max_bytes)
+
+
+def capped_delay(seconds: float, policy: RetryPolicy) -> float:
+    """A handler's `Snooze` delay, bounded like `RetryAfter` by the type's retry policy:
+    `Snooze(float("inf"))` or `Snooze(1e12)` must not become a date nobody can store."""
+    cap = float(policy.retry_after_cap.total_seconds())
+    return cap if not math.isfinite(seconds) else min(max(float(seconds), 0.0), cap)
 
 
 def execute(
@@ -113,18 +124,21 @@ def execute(
         result = job_type.handler(job.payload, ctx)
         failpoints.hit(failpoints.AFTER_EFFECT)
         try:
-            stored = _json_result(result)
-        except (TypeError, ValueError) as exc:
+            stored = _json_result(result, ctx.settings.max_payload_bytes)
+        except ValidationError as exc:
+            # The handler did its work: running it again would repeat its side effects,
+            # so the job ends dead with the reason instead of retrying (B12).
             return Outcome(
                 job,
-                Kind.FAILED,
-                error=f"ResultNotJSON: handler returned a {type(result).__name__} that "
-                f"cannot be stored as JSON ({exc})",
+                Kind.PERMANENT,
+                error=f"ResultNotStorable: the handler finished but its {type(result).__name__} "
+                f"result cannot be stored: {exc.field}: {exc.message}",
                 duration=time.monotonic() - start,
             )
         return Outcome(job, Kind.SUCCEEDED, result=stored, duration=time.monotonic() - start)
     except Snooze as exc:
-        kind, delay, error = Kind.SNOOZED, exc.seconds, exc.reason or str(exc)
+        delay = capped_delay(exc.seconds, job_type.retry)
+        kind, error = Kind.SNOOZED, exc.reason or str(exc)
     except RetryAfter as exc:
         kind, delay, error = Kind.RETRY_AFTER, exc.seconds, describe_exception(exc)
     except PermanentError as exc:

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.documents import decode_document
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT
 from jobdesk.shared.core.states import JobStatus
@@ -234,7 +235,12 @@ def claim(
         )
         text, started, expires = conn.exec_driver_sql(statement, params).one()
         now, expires = started.astimezone(UTC), expires.astimezone(UTC)
-        rows: list[Any] = json.loads(text) if text else []
+        try:
+            rows: list[Any] = json.loads(text) if text else []
+        except (RecursionError, ValueError):
+            # One payload in the batch cannot be decoded (a plain-SQL row nested
+            # thousands of levels deep): decode this claim's rows one by one instead.
+            rows = _decode_one_by_one(conn, worker_id, token, now)
     else:
         now = now or db_now(conn)
         expires = now + timedelta(seconds=lease_seconds)
@@ -258,9 +264,56 @@ def claim(
         # RETURNING order is unspecified: hand jobs out in claim order (the stored
         # times are fixed-width text, so they sort as they compare).
         result.sort(key=lambda r: (r[6], r[10], r[0]))
-        rows = [(*r[:3], json.loads(r[3]), *r[4:10]) for r in result]
+        rows = _decoded(conn, [(*r[:10],) for r in result], worker_id, token, now)
     make, lease = ClaimedJob._make, (token, expires, now, worker_id)
     return [make((*row, *lease)) for row in rows]
+
+
+def _decode_one_by_one(conn: sa.Connection, worker_id: str, token: int, now: datetime) -> list[Any]:
+    """This claim's rows (its token is unique) with each payload decoded on its own."""
+    query = (
+        sa.select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.queue,
+            sa.cast(jobs.c.payload, sa.Text),
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.priority,
+            jobs.c.idempotency_key,
+            jobs.c.group_key,
+            jobs.c.timeout_seconds,
+        )
+        .where(
+            jobs.c.status == JobStatus.RUNNING.value,
+            jobs.c.locked_by == worker_id,
+            jobs.c.lease_token == token,
+        )
+        .order_by(jobs.c.priority, jobs.c.next_run_at, jobs.c.id)
+    )
+    return _decoded(conn, [tuple(row) for row in conn.execute(query)], worker_id, token, now)
+
+
+def _decoded(
+    conn: sa.Connection, raw: list[tuple[Any, ...]], worker_id: str, token: int, now: datetime
+) -> list[Any]:
+    """Rows with their payload (column 3) decoded; a row whose payload cannot be decoded
+    goes `dead` at once, naming the problem, and the rest of the batch runs (B11)."""
+    from jobdesk.shared.core.transitions import bury_undecodable  # it imports this module
+
+    rows = []
+    for row in raw:
+        try:
+            payload = json.loads(row[3])
+        except (RecursionError, ValueError):
+            payload = None
+        if isinstance(payload, dict):
+            rows.append((*row[:3], payload, *row[4:10]))
+            continue
+        problem = decode_document(row[3]).problem or "the stored payload is not a JSON object"
+        ref = JobRef(row[0], token, row[4], worker_id, now)
+        bury_undecodable(conn, ref, problem, now=now)
+    return rows
 
 
 def _sqlite_time(value: datetime) -> str:

@@ -107,6 +107,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "complete": (frozenset({_R}), frozenset({_S})),
     "complete_many": (frozenset({_R}), frozenset({_S})),
     "fail": (frozenset({_R}), frozenset({_F, _D})),
+    "bury_undecodable": (frozenset({_R}), frozenset({_D})),
     "snooze": (frozenset({_R}), frozenset({_Q})),
     "rescue_expired": (frozenset({_R}), frozenset({_F, _D})),
     "cancel": (CANCELLABLE, frozenset({_C})),

@@ -245,6 +245,20 @@ def fail(
     return JobStatus(row.status)
 
 
+def bury_undecodable(conn: sa.Connection, ref: JobRef, problem: str, *, now: datetime) -> bool:
+    """A claimed job whose stored payload cannot be decoded: dead at once, the attempt
+    recorded with the problem (no handler could ever run it; retrying cannot help)."""
+    status = fail(
+        conn,
+        ref,
+        error=f"PayloadNotDecodable: {problem}; fix it (or ignore the job) from its page",
+        retry_at=None,
+        now=now,
+        outcome=AttemptOutcome.PERMANENT,
+    )
+    return status is not None
+
+
 def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) -> bool:
     """Hand the job back without counting the attempt (rate limit, open breaker, shutdown).
 

@@ -148,7 +148,11 @@ def test_hanging_handler_times_out_and_retries(engine: sa.Engine, reg: Registry)
     assert attempts(engine, job_id)[0][:2] == (1, "timeout")
 
 
-def test_non_json_result_is_a_failed_attempt(engine: sa.Engine, reg: Registry) -> None:
+def test_non_json_result_ends_the_job_without_rerunning_the_handler(
+    engine: sa.Engine, reg: Registry
+) -> None:
+    """The handler did its work; a rerun would repeat it (B12): dead, with the reason."""
+
     @job("t.setresult", target=reg)
     def bad(payload: dict[str, Any], ctx: JobContext) -> object:
         return {1, 2}
@@ -156,8 +160,10 @@ def test_non_json_result_is_a_failed_attempt(engine: sa.Engine, reg: Registry) -
     job_id = add(engine, "t.setresult")
     drain(engine, registry=reg)
     r = row(engine, job_id)
-    assert r.status == "failed"
-    assert r.last_error.startswith("ResultNotJSON: handler returned a set")
+    assert r.status == "dead"
+    assert r.last_error.startswith(
+        "ResultNotStorable: the handler finished but its set result cannot be stored"
+    )
 
 
 def test_rate_limit_snoozes_without_burning_attempts(engine: sa.Engine, reg: Registry) -> None:
