@@ -8,11 +8,11 @@ import sqlalchemy as sa
 from flask import Flask, render_template
 
 from jobdesk.dashboard import templating
-from jobdesk.dashboard.proxy import ForwardedFor
+from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from jobdesk.shared.core.db import make_engine
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, SettingsError
 
 MIN_SECRET_KEY_CHARS = 32
 #: Text that marks a key copied from an example file rather than generated.
@@ -61,6 +61,19 @@ def check_secret_key(key: str) -> str:
     return key
 
 
+def check_proxy_trust(settings: Settings) -> None:
+    """Refuse a proxy set-up where anyone could name the logged-in user."""
+    try:
+        trusted = TrustedProxies(settings.trusted_proxies)
+    except ValueError as exc:
+        raise SettingsError(f"JOBDESK_TRUSTED_PROXIES: {exc}") from None
+    if settings.trusted_proxy_header and trusted.trusts_everyone:
+        raise SettingsError(
+            "JOBDESK_TRUSTED_PROXIES trusts every address while JOBDESK_TRUSTED_PROXY_HEADER "
+            "is set: anyone could log in as anyone; list only your SSO proxy's addresses"
+        )
+
+
 def _engines(settings: Settings, engine: sa.Engine | None) -> tuple[sa.Engine, sa.Engine, bool]:
     if engine is not None:
         return engine, engine, False
@@ -101,6 +114,7 @@ def init_dashboard(
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
     app.config.setdefault("PERMANENT_SESSION_LIFETIME", SESSION_LIFETIME)
     app.config.setdefault("MAX_CONTENT_LENGTH", 2 * settings.max_payload_bytes + 64 * 1024)
+    check_proxy_trust(settings)
     read, write, owned = _engines(settings, engine)
     app.extensions[EXTENSION_KEY] = DashboardState(
         settings=settings,
@@ -129,8 +143,8 @@ def create_app(
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
     app.after_request(apply_headers)
-    proxies = settings.forwarded_allow_ips
-    app.wsgi_app = ForwardedFor(app.wsgi_app, proxies)  # type: ignore[method-assign]
+    state: DashboardState = app.extensions[EXTENSION_KEY]
+    app.wsgi_app = ForwardedFor(app.wsgi_app, state.trusted_proxies)  # type: ignore[method-assign]
 
     @app.errorhandler(404)
     def _not_found(_error: Exception) -> tuple[str, int]:

@@ -6,14 +6,14 @@ comes from, in order:
 
 1. a host app's identity loader (when mounted inside another Flask app);
 2. the trusted reverse-proxy header (`JOBDESK_TRUSTED_PROXY_HEADER`, e.g.
-   `X-Forwarded-User`), only when the TCP peer is one of `JOBDESK_TRUSTED_PROXIES`;
+   `X-Forwarded-User`), only when the TCP peer — the socket address, not anything in
+   `X-Forwarded-For` — is one of `JOBDESK_TRUSTED_PROXIES` (see `proxy.py`);
 3. the signed session cookie set at login — re-checked against the `operators` table on
    every request, so disabling an account or changing its password ends its sessions.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from flask import g, request, session
 
 from jobdesk.dashboard import csrf
+from jobdesk.dashboard.proxy import tcp_peer
 from jobdesk.dashboard.state import Identity, get_state
 from jobdesk.shared.operator.accounts import ROLES, OperatorAccount, get_operator, role_at_least
 
@@ -52,28 +53,14 @@ def required_role(view: Callable[..., Any] | None) -> str | None:
     return getattr(view, ROLE_ATTRIBUTE, None)
 
 
-def _peer_is_trusted_proxy(address: str | None, trusted: tuple[str, ...]) -> bool:
-    if not address:
-        return False
-    try:
-        peer = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    for entry in trusted:
-        try:
-            if peer in ipaddress.ip_network(entry, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _proxy_identity(conn: Any) -> Identity | None:
-    settings = get_state().settings
-    header = settings.trusted_proxy_header
-    if not header or not settings.trusted_proxies:
+    state = get_state()
+    header = state.settings.trusted_proxy_header
+    if not header or not state.trusted_proxies:
         return None
-    if not _peer_is_trusted_proxy(request.remote_addr, settings.trusted_proxies):
+    # The TCP peer, never an address taken from X-Forwarded-For: a client can write
+    # anything there, a trusted proxy's own address it cannot fake.
+    if not state.trusted_proxies.trusts(tcp_peer(request.environ)):
         return None
     username = (request.headers.get(header) or "").strip()
     if not username:
@@ -81,7 +68,7 @@ def _proxy_identity(conn: Any) -> Identity | None:
     account = get_operator(conn, username)
     if account is not None:
         return None if account.disabled else Identity(account.username, account.role, "proxy")
-    role = get_state().proxy_default_role
+    role = state.proxy_default_role
     if role in ROLES:
         return Identity(username[:100], role, "proxy")
     return None
@@ -106,8 +93,8 @@ def load_identity(conn: Any) -> Identity | None:
 
 
 def proxy_configured() -> bool:
-    settings = get_state().settings
-    return bool(settings.trusted_proxy_header and settings.trusted_proxies)
+    state = get_state()
+    return bool(state.settings.trusted_proxy_header and state.trusted_proxies)
 
 
 def start_session(account: OperatorAccount) -> None:

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from flask import current_app
 
 from jobdesk.dashboard.cache import TTLCache
+from jobdesk.dashboard.proxy import TrustedProxies
 from jobdesk.dashboard.throttle import LoginThrottle
 from jobdesk.shared.settings import Settings
 
@@ -40,9 +41,11 @@ class DashboardState:
     identity_loader: IdentityLoader | None = None
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
     overview_cache: TTLCache[Any] = field(init=False)
+    trusted_proxies: TrustedProxies = field(init=False)
 
     def __post_init__(self) -> None:
         self.overview_cache = TTLCache(self.settings.dashboard_overview_cache_seconds)
+        self.trusted_proxies = TrustedProxies(self.settings.trusted_proxies)
 
     @property
     def statement_timeout(self) -> float:

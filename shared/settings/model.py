@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.settings.alerts import AlertConfig
-from jobdesk.shared.settings.parsing import Rate
+from jobdesk.shared.settings.parsing import Rate, check_networks, networks
 from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.settings.schema import entries, load, reference_markdown, section, setting
 
@@ -203,24 +203,28 @@ class Settings:
         "how long the overview's counts are reused (`0` recomputes every time)",
         group=DASHBOARD,
     )
-    trusted_proxy_header: str = setting(
-        "", "header carrying the user authenticated by your SSO proxy", group=DASHBOARD
-    )
     trusted_proxies: tuple[str, ...] = setting(
-        (), "comma-separated addresses/networks allowed to send it", group=DASHBOARD
+        ("127.0.0.1", "::1"),
+        "your reverse proxies: comma-separated addresses or CIDR networks, checked against "
+        "the TCP peer. Only from them are `X-Forwarded-For` (the client address for the "
+        "login rate limit and the `/metrics` loopback check), `X-Forwarded-Proto` and the "
+        "SSO header believed; gunicorn's `forwarded_allow_ips` is derived from it. Empty "
+        "trusts no one",
+        group=DASHBOARD,
+        shown_default="`127.0.0.1,::1`",
+        check=check_networks,
+    )
+    trusted_proxy_header: str = setting(
+        "",
+        "header carrying the user authenticated by your SSO proxy (believed only from "
+        "`JOBDESK_TRUSTED_PROXIES`)",
+        group=DASHBOARD,
     )
     trusted_proxy_default_role: str | None = setting(
         None,
         "role for proxy-authenticated users without an account",
         group=DASHBOARD,
         choices=ROLES,
-    )
-    forwarded_allow_ips: tuple[str, ...] = setting(
-        ("127.0.0.1", "::1"),
-        "proxies whose `X-Forwarded-*` headers are trusted (scheme for gunicorn; client "
-        "address for the login rate limit and the `/metrics` loopback check)",
-        group=DASHBOARD,
-        shown_default="`127.0.0.1,::1`",
     )
     dashboard_bind: str = setting(
         "127.0.0.1:8000", "gunicorn bind (`deploy/gunicorn.conf.py`)", group=DASHBOARD
@@ -270,6 +274,11 @@ class Settings:
     demo_webhook_backoff: str = setting(
         "2,4,8,16", "the demo's CRM retry schedule in seconds (`jobdesk demo` only)", group=TESTS
     )
+
+    def trusted_proxy_networks(self) -> tuple[str, ...]:
+        """`JOBDESK_TRUSTED_PROXIES` as normalised networks (`10.0.0.0/8`, `::1/128`), the
+        form gunicorn's `forwarded_allow_ips` accepts."""
+        return tuple(str(network) for network in networks(self.trusted_proxies))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -6,13 +6,17 @@ what it expected; none of them accepts NaN or infinity.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
     "NEVER",
     "Rate",
     "SettingsError",
+    "check_networks",
+    "networks",
     "parse_bool",
     "parse_int",
     "parse_list",
@@ -72,6 +76,28 @@ def parse_int(name: str, raw: str, minimum: int = 0) -> int:
 
 def parse_list(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def networks(entries: Iterable[str]) -> tuple[Network, ...]:
+    """Addresses (`10.0.0.5`, `::1`) and CIDR networks (`10.0.0.0/8`) as networks; host
+    bits are allowed (`10.1.2.3/8` is `10.0.0.0/8`). Raises ValueError for anything else."""
+    return tuple(ipaddress.ip_network(entry.strip(), strict=False) for entry in entries)
+
+
+def check_networks(name: str, value: object) -> None:
+    """A list of addresses or CIDR networks; `*` and host names are refused."""
+    assert isinstance(value, tuple)
+    for entry in value:
+        try:
+            networks([entry])
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {entry!r} is not an IP address or CIDR network (like 10.0.0.0/8); "
+                "list your proxies' addresses — `*` and host names are not accepted"
+            ) from None
 
 
 @dataclass(frozen=True, slots=True)
