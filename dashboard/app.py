@@ -34,7 +34,6 @@ _PLACEHOLDER_KEYS = frozenset(
         "test",
     }
 )
-SESSION_LIFETIME = timedelta(hours=12)
 
 
 class SecretKeyError(RuntimeError):
@@ -112,7 +111,6 @@ def init_dashboard(
     app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
-    app.config.setdefault("PERMANENT_SESSION_LIFETIME", SESSION_LIFETIME)
     app.config.setdefault("MAX_CONTENT_LENGTH", 2 * settings.max_payload_bytes + 64 * 1024)
     check_proxy_trust(settings)
     read, write, owned = _engines(settings, engine)
@@ -139,6 +137,9 @@ def create_app(
     settings = settings or Settings.from_env()
     app = Flask("dashboard", static_folder=None)
     app.config["SESSION_COOKIE_NAME"] = "jobdesk_session"
+    # Set, not setdefault: Flask already fills it with 31 days. The server checks the
+    # lifetime itself on every request (auth._session_identity), mounted or not.
+    app.config["PERMANENT_SESSION_LIFETIME"] = timedelta(seconds=settings.session_lifetime_seconds)
     app.session_interface = SessionInterface()
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)

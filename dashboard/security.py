@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, request
-from flask.sessions import SecureCookieSessionInterface
+from datetime import UTC, datetime
 
+from flask import Flask, Response, request
+from flask.sessions import SecureCookieSessionInterface, SessionMixin
+
+from jobdesk.dashboard.auth import session_expires_at
 from jobdesk.dashboard.state import EXTENSION_KEY
 
 CSP = "; ".join(
@@ -54,9 +57,21 @@ def apply_headers(response: Response) -> Response:
 
 
 class SessionInterface(SecureCookieSessionInterface):
-    """Marks the session cookie Secure when the request arrived over TLS."""
+    """Marks the session cookie Secure when the request arrived over TLS, and lets the
+    browser keep it no longer than the session's absolute lifetime (Flask would slide
+    the expiry forward on every request)."""
 
     def get_cookie_secure(self, app: Flask) -> bool:
         state = app.extensions.get(EXTENSION_KEY)
         forced = bool(state is not None and state.secure_cookies)
         return forced or bool(app.config.get("SESSION_COOKIE_SECURE")) or request.is_secure
+
+    def get_expiration_time(self, app: Flask, session: SessionMixin) -> datetime | None:
+        sliding = super().get_expiration_time(app, session)
+        state = app.extensions.get(EXTENSION_KEY)
+        if sliding is None or state is None:
+            return sliding
+        end = session_expires_at(session, state.settings.session_lifetime_seconds)
+        if end is None:
+            return sliding
+        return min(sliding, datetime.fromtimestamp(end, UTC))

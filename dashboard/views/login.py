@@ -63,5 +63,6 @@ def login_submit() -> Any:
 @bp.post("/logout")
 @auth.requires(Role.VIEWER)
 def logout() -> Any:
-    auth.end_session()
+    with db.write() as conn:
+        auth.end_session(conn)
     return redirect(url_for("jobdesk.login.login"), code=303)

@@ -192,6 +192,18 @@ class Settings:
         "always mark the session cookie `Secure` (it is anyway over HTTPS)",
         group=DASHBOARD,
     )
+    session_lifetime_seconds: float = setting(
+        12 * 3600.0,
+        "a login lasts at most this long, however active (absolute, checked on the server)",
+        group=DASHBOARD,
+        minimum=60,
+    )
+    session_idle_timeout_seconds: float = setting(
+        3600.0,
+        "a session unused this long ends (checked on the server)",
+        group=DASHBOARD,
+        minimum=60,
+    )
     dashboard_statement_timeout_seconds: float = setting(
         5.0,
         "deadline of each dashboard query (503 when it fires)",
