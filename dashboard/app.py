@@ -111,7 +111,6 @@ def init_dashboard(
     app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
-    app.config.setdefault("MAX_CONTENT_LENGTH", 2 * settings.max_payload_bytes + 64 * 1024)
     check_proxy_trust(settings)
     read, write, owned = _engines(settings, engine)
     app.extensions[EXTENSION_KEY] = DashboardState(
@@ -145,6 +144,9 @@ def create_app(
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
     app.after_request(apply_headers)
     state: DashboardState = app.extensions[EXTENSION_KEY]
+    # Set, not setdefault (Flask fills it with None). Dashboard routes apply the same limit
+    # per request (web._limit_body); this covers every other route of the standalone app.
+    app.config["MAX_CONTENT_LENGTH"] = state.request_body_limit
     app.wsgi_app = ForwardedFor(app.wsgi_app, state.trusted_proxies)  # type: ignore[method-assign]
 
     @app.errorhandler(404)

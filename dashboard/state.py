@@ -48,6 +48,12 @@ class DashboardState:
         self.trusted_proxies = TrustedProxies(self.settings.trusted_proxies)
 
     @property
+    def request_body_limit(self) -> int:
+        """The largest request body the dashboard reads: a fix form carries one payload
+        as indented JSON text (room for twice the payload limit) plus a few fields."""
+        return 2 * self.settings.max_payload_bytes + 64 * 1024
+
+    @property
     def statement_timeout(self) -> float:
         return self.settings.dashboard_statement_timeout_seconds
 
