@@ -1,5 +1,6 @@
-"""The dashboard's per-app state (`app.extensions["jobdesk"]`): settings, engines,
-the login throttle and the optional identity hook of a host app."""
+"""The dashboard's per-app state (`app.extensions["jobdesk"]`): settings, engines, the
+trusted proxies and the optional identity hook of a host app. (The login throttle lives
+in the database: `shared.operator.login_throttle`.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from flask import current_app
 
 from jobdesk.dashboard.cache import TTLCache
 from jobdesk.dashboard.proxy import TrustedProxies
-from jobdesk.dashboard.throttle import LoginThrottle
 from jobdesk.shared.settings import Settings
 
 EXTENSION_KEY = "jobdesk"
@@ -39,7 +39,6 @@ class DashboardState:
     write_engine: sa.Engine
     owns_engines: bool
     identity_loader: IdentityLoader | None = None
-    throttle: LoginThrottle = field(default_factory=LoginThrottle)
     overview_cache: TTLCache[Any] = field(init=False)
     trusted_proxies: TrustedProxies = field(init=False)
 

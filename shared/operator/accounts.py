@@ -151,12 +151,10 @@ def any_operator_exists(conn: sa.Connection) -> bool:
     return conn.execute(query).first() is not None
 
 
-def verify(
-    conn: sa.Connection, username: str, password: str, *, now: datetime
-) -> OperatorAccount | None:
+def check_credentials(conn: sa.Connection, username: str, password: str) -> OperatorAccount | None:
     """The account when the password matches and the account is enabled, else None.
 
-    Records the login time on success (the caller commits)."""
+    Writes nothing; spends the same hashing time for unknown users."""
     row = None
     if isinstance(username, str) and USERNAME_PATTERN.fullmatch(username):
         row = conn.execute(
@@ -167,8 +165,21 @@ def verify(
         return None
     if not check_password_hash(row.password_hash, password) or row.disabled:
         return None
-    conn.execute(sa.update(operators).where(operators.c.id == row.id).values(last_login_at=now))
     return _account(row)
+
+
+def record_login(conn: sa.Connection, account: OperatorAccount, *, now: datetime) -> None:
+    conn.execute(sa.update(operators).where(operators.c.id == account.id).values(last_login_at=now))
+
+
+def verify(
+    conn: sa.Connection, username: str, password: str, *, now: datetime
+) -> OperatorAccount | None:
+    """`check_credentials`, recording the login time on success (the caller commits)."""
+    account = check_credentials(conn, username, password)
+    if account is not None:
+        record_login(conn, account, now=now)
+    return account
 
 
 def _next_epoch() -> sa.ColumnElement[int]:
