@@ -3,7 +3,7 @@ detail (attempts, lineage, group lane, deliveries, audit), dead-letter groups.""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -15,10 +15,13 @@ from tests.factories import make_job
 
 
 def test_overview_counts_ages_trend_and_fragment(viewer: Browser, engine: sa.Engine) -> None:
+    # The age shown is measured from the page's own clock: take "now" here, not from the
+    # conftest import (which can be minutes before this test runs in a long session).
+    now = datetime.now(UTC)
     with engine.begin() as conn:
         for _ in range(3):
             make_job(
-                conn, job_type="email.send", queue="email", next_run_at=NOW - timedelta(minutes=10)
+                conn, job_type="email.send", queue="email", next_run_at=now - timedelta(minutes=10)
             )
         dead_job(conn, finished_at=NOW - timedelta(hours=2))
         make_job(conn, job_type="email.send", queue="email", status="succeeded")
