@@ -7,7 +7,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import Flask, render_template
 
-from jobdesk.dashboard import templating
+from jobdesk.dashboard import routing, templating
 from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
@@ -121,6 +121,7 @@ def init_dashboard(
         identity_loader=identity_loader,
     )
     templating.install(app)
+    app.url_map.converters[routing.NAME] = routing.IdConverter
     app.register_blueprint(bp, url_prefix=url_prefix)
     app.register_blueprint(metrics.bp, url_prefix=url_prefix)
     return app

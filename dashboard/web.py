@@ -34,6 +34,7 @@ from jobdesk.dashboard.views import (
 from jobdesk.shared.assets import asset_path
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.operator.accounts import any_operator_exists, role_at_least
+from jobdesk.shared.operator.filters import check_id
 
 bp = Blueprint(
     "jobdesk",
@@ -122,6 +123,17 @@ def _read_at_most(stream: Any, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def check_path_ids() -> None:
+    """Every integer in the path (`<jobdesk_id:job_id>`) is an id that can exist, and no
+    text in it carries control characters (PostgreSQL refuses NUL outright); else 400
+    naming it. (The converter turned any id out of range into `OUT_OF_RANGE`.)"""
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, int):
+            check_id(name, value)
+        elif isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValidationError(name, "must not contain control characters")
+
+
 @bp.before_request
 def guard() -> Any:
     """Fail closed: body size first, CSRF, then identity, then the view's declared role."""
@@ -130,6 +142,7 @@ def guard() -> Any:
         return too_large
     if request.endpoint == "jobdesk.static":
         return None
+    check_path_ids()
     problem = csrf.problem()
     if problem is not None:
         return _refuse(403, f"Refused: {problem}.")

@@ -65,7 +65,7 @@ def index() -> Any:
     return render("jobs/list.html", "jobs/_results.html", "job-results", **context)
 
 
-@bp.get("/jobs/<int:job_id>")
+@bp.get("/jobs/<jobdesk_id:job_id>")
 @auth.requires(Role.VIEWER)
 def detail(job_id: int) -> Any:
     with db.read() as conn:
@@ -76,7 +76,7 @@ def detail(job_id: int) -> Any:
     )
 
 
-@bp.get("/jobs/<int:job_id>/status")
+@bp.get("/jobs/<jobdesk_id:job_id>/status")
 @auth.requires(Role.VIEWER)
 def status(job_id: int) -> Any:
     with db.read() as conn:

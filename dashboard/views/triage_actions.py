@@ -40,7 +40,7 @@ def _redirect(job_id: int) -> Any:
     return redirect(_job_url(job_id), code=303)
 
 
-@bp.post("/jobs/<int:job_id>/retry")
+@bp.post("/jobs/<jobdesk_id:job_id>/retry")
 @auth.requires(Role.OPERATOR)
 def retry(job_id: int) -> Any:
     try:
@@ -65,7 +65,7 @@ def retry(job_id: int) -> Any:
     return back(_job_url(job_id))
 
 
-@bp.post("/jobs/<int:job_id>/ignore")
+@bp.post("/jobs/<jobdesk_id:job_id>/ignore")
 @auth.requires(Role.OPERATOR)
 def ignore(job_id: int) -> Any:
     try:
@@ -86,7 +86,7 @@ def ignore(job_id: int) -> Any:
     return back(_job_url(job_id))
 
 
-@bp.post("/jobs/<int:job_id>/cancel")
+@bp.post("/jobs/<jobdesk_id:job_id>/cancel")
 @auth.requires(Role.OPERATOR)
 def cancel_job(job_id: int) -> Any:
     try:
@@ -132,13 +132,13 @@ def _fix_form(
     return page, status
 
 
-@bp.get("/jobs/<int:job_id>/fix")
+@bp.get("/jobs/<jobdesk_id:job_id>/fix")
 @auth.requires(Role.OPERATOR)
 def fix_form(job_id: int) -> Any:
     return _fix_form(job_id)
 
 
-@bp.post("/jobs/<int:job_id>/fix")
+@bp.post("/jobs/<jobdesk_id:job_id>/fix")
 @auth.requires(Role.OPERATOR)
 def fix(job_id: int) -> Any:
     text = request.form.get("payload", "")

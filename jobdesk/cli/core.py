@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 import click
 
 from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
+from jobdesk.shared.core.errors import ValidationError
 
 
 @cli.command()
@@ -50,14 +50,12 @@ def settings_command(markdown: bool, as_json: bool) -> None:
 
 
 def _parse_payload(raw: str) -> Any:
+    from jobdesk.shared.core.json_text import loads_json_text
+
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise click.BadParameter(f"{name} is not allowed in a JSON payload")
+        return loads_json_text("payload", raw)
+    except ValidationError as exc:
+        raise click.BadParameter(f"{exc.field} {exc.message}") from None
 
 
 def _parse_when(raw: str | None) -> datetime | None:

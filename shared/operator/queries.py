@@ -27,7 +27,7 @@ from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
-from jobdesk.shared.operator.filters import UNRESOLVED, JobFilters
+from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
@@ -219,7 +219,7 @@ def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
     if not (isinstance(data, list) and len(data) == 3 and data[0] == sort):
         raise problem
     _, value, job_id = data
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_ID:
         raise problem
     _, _, is_time = _SORT_COLUMNS[sort]
     if is_time:
@@ -231,7 +231,8 @@ def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
             raise problem from None
         if value.tzinfo is None:
             raise problem
-    elif isinstance(value, bool) or not isinstance(value, int):
+        value = check_time_range("after", value)
+    elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
         raise problem
     return value, job_id
 

@@ -23,6 +23,7 @@ from jobdesk.shared.core import decisions
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.decisions import requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.json_text import check_json_numbers
 from jobdesk.shared.core.masking import MASK, mask_payload
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
@@ -192,8 +193,10 @@ def payload_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[st
 def validate_fixed_payload(
     job_type: str, payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 ) -> dict[str, Any]:
-    """The same rules as enqueue (strict JSON, size) plus the type's own checks."""
+    """The same rules as enqueue (strict JSON, size) plus the type's own checks, and
+    numbers within the bounds of JSON text typed by a person (`core.json_text`)."""
     serialize_payload(payload, max_bytes)
+    check_json_numbers(payload, "payload")
     assert isinstance(payload, Mapping)
     errors = check_payload(job_type, payload)
     if errors:
