@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Flask
+from flask import Flask, url_for
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
-from jobdesk.shared.core.masking import mask_email, mask_payload
+from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -36,11 +37,31 @@ def visible_controls(text: object) -> str:
 
 
 def viewer_mask(text: object) -> str:
-    """Free text (errors, keys, reasons) with emails masked for viewers."""
+    """Free text (errors, keys, reasons, URLs) as the current role may see it: secrets
+    masked for everyone (`token=…`, credentials — again at render time, whatever was
+    stored), emails masked for viewers."""
     if text is None:
         return ""
-    value = str(text)
+    value = mask_text(str(text))
     return mask_email(value) if auth.is_viewer_only() else value
+
+
+#: The list filters a job page links with, and their "same as job #N" forms.
+_KEY_LINKS = {"group": ("group_key", "group_of"), "key": ("idempotency_key", "key_of")}
+
+
+def jobs_sharing(job: Mapping[str, Any], kind: str) -> str:
+    """The jobs list filtered to `job`'s group or idempotency key.
+
+    The key goes into the link only when the current role sees it unmasked; otherwise
+    the link names the job (`?group_of=812`), so an href never carries what the page
+    masks (an email in a key for a viewer, a token for anyone)."""
+    column, by_reference = _KEY_LINKS[kind]
+    value = job[column]
+    args: dict[str, Any] = {kind: value}
+    if not isinstance(value, str) or viewer_mask(value) != value:
+        args = {by_reference: job["id"]}
+    return url_for("jobdesk.jobs.index", **args)
 
 
 def pretty_json(value: Any) -> str:
@@ -117,4 +138,5 @@ def install(app: Flask) -> None:
         can=auth.can,
         current_identity=auth.current,
         here=here,
+        jobs_sharing=jobs_sharing,
     )

@@ -157,6 +157,10 @@ class JobFilters:
     until: datetime | None = None
     time_field: str = "created"
     retried_from: int | None = None
+    #: Jobs sharing job #N's group / idempotency key: how a page links to "the same key"
+    #: without putting the key (possibly an email or a secret) into the URL.
+    group_of: int | None = None
+    key_of: int | None = None
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
 
@@ -202,6 +206,8 @@ class JobFilters:
             until=until,
             time_field=_choice(args, "time", TIME_FIELDS) or "created",
             retried_from=parse_positive_int("retried_from", _single(args, "retried_from")),
+            group_of=parse_positive_int("group_of", _single(args, "group_of")),
+            key_of=parse_positive_int("key_of", _single(args, "key_of")),
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
         )

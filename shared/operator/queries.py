@@ -124,6 +124,15 @@ def filter_conditions(
         conditions.append(jobs.c.resolution == inline(filters.resolution))
     if filters.retried_from is not None:
         conditions.append(jobs.c.retried_from_id == filters.retried_from)
+    for column, job_id in (
+        (jobs.c.group_key, filters.group_of),
+        (jobs.c.idempotency_key, filters.key_of),
+    ):
+        if job_id is not None:
+            # NULL when the job has no such key (or does not exist): matches nothing.
+            reference = jobs.alias("reference")
+            same = sa.select(reference.c[column.name]).where(reference.c.id == job_id)
+            conditions.append(column == same.scalar_subquery())
     since, until = filters.window(now)
     column = {
         "created": jobs.c.created_at,

@@ -24,7 +24,7 @@ from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.decisions import requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.json_text import check_json_numbers
-from jobdesk.shared.core.masking import MASK, mask_payload
+from jobdesk.shared.core.masking import MASK, mask_payload, mask_text
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
 from jobdesk.shared.core.states import JobStatus, Resolution
@@ -47,7 +47,8 @@ WEBHOOK_TYPE = "webhook.deliver"
 
 
 def check_reason(reason: str | None, *, required: bool) -> str | None:
-    """A bounded, stripped reason; required for ignoring."""
+    """A bounded, stripped reason, credentials masked before storage; required for
+    ignoring."""
     text = (reason or "").strip()
     if not text:
         if required:
@@ -59,7 +60,7 @@ def check_reason(reason: str | None, *, required: bool) -> str | None:
         )
     if "\x00" in text:
         raise ValidationError("reason", "must not contain NUL characters")
-    return text
+    return mask_text(text)
 
 
 __all__ = [
