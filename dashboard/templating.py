@@ -46,6 +46,26 @@ def viewer_mask(text: object) -> str:
     return mask_email(value) if auth.is_viewer_only() else value
 
 
+#: Where a stored error's stack trace starts: Python's own header, or the frames
+#: `describe_exception` appends after the "Type: message" line.
+_STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|\s+File ")', re.MULTILINE)
+STACK_HIDDEN = "[stack trace hidden: operators and admins see it]"
+
+
+def error_text(text: object) -> str:
+    """A stored error as the current role may read it: operators get the whole text
+    (the stack helps them fix the job), viewers the message without the stack — file
+    paths and code lines of the server are not theirs to see."""
+    value = "" if text is None else str(text)
+    if auth.can("operator"):
+        return value
+    match = _STACK_START.search(value)
+    if match is None:
+        return value
+    head = value[: match.start()].rstrip()
+    return f"{head}\n{STACK_HIDDEN}" if head else STACK_HIDDEN
+
+
 #: The list filters a job page links with, and their "same as job #N" forms.
 _KEY_LINKS = {"group": ("group_key", "group_of"), "key": ("idempotency_key", "key_of")}
 
@@ -124,6 +144,7 @@ def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
         viewer_mask=viewer_mask,
+        error_text=error_text,
         pretty_json=pretty_json,
         ago=ago,
         duration=duration,

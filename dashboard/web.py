@@ -17,7 +17,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from jobdesk.dashboard import auth, csrf, db
 from jobdesk.dashboard.htmx import is_htmx
 from jobdesk.dashboard.navigation import here
-from jobdesk.dashboard.security import apply_headers
+from jobdesk.dashboard.security import apply_headers, host_allowed
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.views import (
     alerts,
@@ -136,7 +136,11 @@ def check_path_ids() -> None:
 
 @bp.before_request
 def guard() -> Any:
-    """Fail closed: body size first, CSRF, then identity, then the view's declared role."""
+    """Fail closed: host and body size first, CSRF, then identity, then the view's
+    declared role."""
+    allowed = get_state().settings.allowed_hosts
+    if not host_allowed(request.host, allowed):
+        return _refuse(400, "Refused: this dashboard does not answer to that host name.")
     too_large = _limit_body()
     if too_large is not None:
         return too_large

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.settings.alerts import AlertConfig
-from jobdesk.shared.settings.parsing import Rate, check_networks, networks
+from jobdesk.shared.settings.parsing import Rate, check_host_names, check_networks, networks
 from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.settings.schema import entries, load, reference_markdown, section, setting
 
@@ -237,6 +237,15 @@ class Settings:
         "role for proxy-authenticated users without an account",
         group=DASHBOARD,
         choices=ROLES,
+    )
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        "host names the dashboard answers to (`jobs.example.com`; `.example.com` for its "
+        "subdomains), others get 400; empty: any. Either way `/readyz`, and `/metrics` "
+        "without a token, answer only IP-literal hosts, `localhost` and these (DNS "
+        "rebinding)",
+        group=DASHBOARD,
+        check=check_host_names,
     )
     dashboard_bind: str = setting(
         "127.0.0.1:8000", "gunicorn bind (`deploy/gunicorn.conf.py`)", group=DASHBOARD

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ __all__ = [
     "NEVER",
     "Rate",
     "SettingsError",
+    "check_host_names",
     "check_networks",
     "networks",
     "parse_bool",
@@ -128,3 +130,22 @@ class Rate:
             if self.per_seconds == seconds:
                 return f"{self.count:g}/{unit}"
         return f"{self.count:g}/{self.per_seconds:g}s"
+
+
+_HOST_NAME = re.compile(r"\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def check_host_names(name: str, value: object) -> None:
+    """Host names (`jobs.example.com`, `.example.com` for subdomains) or IP addresses,
+    without scheme, port or wildcard."""
+    assert isinstance(value, tuple)
+    for entry in value:
+        text = entry.strip().lower()
+        try:
+            ipaddress.ip_address(text.strip("[]"))
+        except ValueError:
+            if not _HOST_NAME.fullmatch(text):
+                raise SettingsError(
+                    f"{name}: {entry!r} is not a host name like jobs.example.com or "
+                    ".example.com (no scheme, port or *)"
+                ) from None
