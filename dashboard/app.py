@@ -7,12 +7,12 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import Flask, render_template
 
-from jobdesk.dashboard import templating
-from jobdesk.dashboard.proxy import ForwardedFor
+from jobdesk.dashboard import routing, templating
+from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from jobdesk.shared.core.db import make_engine
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, SettingsError
 
 MIN_SECRET_KEY_CHARS = 32
 #: Text that marks a key copied from an example file rather than generated.
@@ -34,7 +34,6 @@ _PLACEHOLDER_KEYS = frozenset(
         "test",
     }
 )
-SESSION_LIFETIME = timedelta(hours=12)
 
 
 class SecretKeyError(RuntimeError):
@@ -59,6 +58,19 @@ def check_secret_key(key: str) -> str:
             f"{MIN_SECRET_KEY_CHARS}; {hint}"
         )
     return key
+
+
+def check_proxy_trust(settings: Settings) -> None:
+    """Refuse a proxy set-up where anyone could name the logged-in user."""
+    try:
+        trusted = TrustedProxies(settings.trusted_proxies)
+    except ValueError as exc:
+        raise SettingsError(f"JOBDESK_TRUSTED_PROXIES: {exc}") from None
+    if settings.trusted_proxy_header and trusted.trusts_everyone:
+        raise SettingsError(
+            "JOBDESK_TRUSTED_PROXIES trusts every address while JOBDESK_TRUSTED_PROXY_HEADER "
+            "is set: anyone could log in as anyone; list only your SSO proxy's addresses"
+        )
 
 
 def _engines(settings: Settings, engine: sa.Engine | None) -> tuple[sa.Engine, sa.Engine, bool]:
@@ -99,8 +111,7 @@ def init_dashboard(
     app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
-    app.config.setdefault("PERMANENT_SESSION_LIFETIME", SESSION_LIFETIME)
-    app.config.setdefault("MAX_CONTENT_LENGTH", 2 * settings.max_payload_bytes + 64 * 1024)
+    check_proxy_trust(settings)
     read, write, owned = _engines(settings, engine)
     app.extensions[EXTENSION_KEY] = DashboardState(
         settings=settings,
@@ -110,6 +121,7 @@ def init_dashboard(
         identity_loader=identity_loader,
     )
     templating.install(app)
+    app.url_map.converters[routing.NAME] = routing.IdConverter
     app.register_blueprint(bp, url_prefix=url_prefix)
     app.register_blueprint(metrics.bp, url_prefix=url_prefix)
     return app
@@ -125,12 +137,18 @@ def create_app(
     settings = settings or Settings.from_env()
     app = Flask("dashboard", static_folder=None)
     app.config["SESSION_COOKIE_NAME"] = "jobdesk_session"
+    # Set, not setdefault: Flask already fills it with 31 days. The server checks the
+    # lifetime itself on every request (auth._session_identity), mounted or not.
+    app.config["PERMANENT_SESSION_LIFETIME"] = timedelta(seconds=settings.session_lifetime_seconds)
     app.session_interface = SessionInterface()
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
     app.after_request(apply_headers)
-    proxies = settings.forwarded_allow_ips
-    app.wsgi_app = ForwardedFor(app.wsgi_app, proxies)  # type: ignore[method-assign]
+    state: DashboardState = app.extensions[EXTENSION_KEY]
+    # Set, not setdefault (Flask fills it with None). Dashboard routes apply the same limit
+    # per request (web._limit_body); this covers every other route of the standalone app.
+    app.config["MAX_CONTENT_LENGTH"] = state.request_body_limit
+    app.wsgi_app = ForwardedFor(app.wsgi_app, state.trusted_proxies)  # type: ignore[method-assign]
 
     @app.errorhandler(404)
     def _not_found(_error: Exception) -> tuple[str, int]:

@@ -4,8 +4,9 @@ Two independent checks, both must pass:
 
 1. a per-session random token, sent as the `csrf_token` form field (plain forms) or the
    `X-CSRF-Token` header (htmx reads it from a `<meta>` tag via static/dashboard.js);
-2. the browser's own provenance headers: a present `Origin` must be this host, and a
-   present `Sec-Fetch-Site` must be `same-origin` (or `none`: typed by the user).
+2. the browser's own provenance headers: a present `Origin` must be this origin —
+   scheme, host and port — and a present `Sec-Fetch-Site` must be `same-origin` (or
+   `none`: typed by the user).
 """
 
 from __future__ import annotations
@@ -36,13 +37,44 @@ def rotate() -> str:
     return str(session[SESSION_KEY])
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _parts(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        split = urlsplit(url)
+        port = split.port
+    except ValueError:
+        return None
+    scheme = split.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not split.hostname:
+        return None
+    return scheme, split.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def _origin(scheme: str, host: str) -> str:
+    return f"{scheme}://{host}"
+
+
+def same_origin(origin: str) -> bool:
+    """Scheme, host and port of `origin` are this request's (`http://x` posting to
+    `https://x` is another origin: a network attacker's plain-HTTP page)."""
+    mine = _parts(_origin(request.scheme, request.host))
+    theirs = None if origin == "null" else _parts(origin)
+    return theirs is not None and theirs == mine
+
+
 def problem() -> str | None:
     """Why the current unsafe request is refused, or None when it passes."""
     if request.method in SAFE_METHODS:
         return None
     origin = request.headers.get("Origin")
-    if origin is not None and (origin == "null" or urlsplit(origin).netloc != request.host):
-        return "the request came from another site (Origin mismatch)"
+    if origin is not None and not same_origin(origin):
+        return (
+            f"the request came from another site (Origin {origin[:80]} is not "
+            f"{_origin(request.scheme, request.host)}; behind a TLS proxy, list it in "
+            "JOBDESK_TRUSTED_PROXIES)"
+        )
     fetch_site = request.headers.get("Sec-Fetch-Site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return f"the request came from another site (Sec-Fetch-Site: {fetch_site[:20]})"

@@ -3,13 +3,13 @@ JSON payload text — each refusing bad input with a `ValidationError` naming th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.json_text import loads_json_text
 from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
 from jobdesk.shared.operator.triage import BULK_CAP, Selection
 
@@ -49,21 +49,11 @@ def parse_bulk_selection(args: MultiDict[str, str], *, with_range: bool) -> Sele
 
 
 def parse_payload_text(text: str | None) -> Mapping[str, Any]:
-    """The edited payload: JSON text that must parse to an object (NaN/Infinity refused)."""
+    """The edited payload: JSON text that must parse to an object (NaN/Infinity, numbers
+    that do not fit in 64 bits or a double refused — `core.json_text`)."""
     if text is None or not text.strip():
         raise ValidationError("payload", "is empty; a payload is a JSON object like {}")
-
-    def _refuse(name: str) -> Any:
-        raise ValidationError("payload", f"{name} is not allowed in JSON")
-
-    try:
-        value = json.loads(text, parse_constant=_refuse)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            "payload", f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise ValidationError("payload", "is nested too deeply") from None
+    value = loads_json_text("payload", text)
     if not isinstance(value, dict):
         raise ValidationError("payload", f"must be a JSON object, got {type(value).__name__}")
     return value

@@ -13,7 +13,8 @@ Registration (done by the app factory)::
 
 Access fails closed: with `JOBDESK_METRICS_TOKEN` set, scrapes need
 `Authorization: Bearer <token>`; without it, only loopback clients (a Prometheus agent
-or proxy on the same host) are answered.
+or proxy on the same host) are answered, and only for a Host that cannot be a rebound
+DNS name (an IP literal, `localhost`, or `JOBDESK_ALLOWED_HOSTS`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from jobdesk.dashboard.auth import public
+from jobdesk.dashboard.security import rebinding_safe
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.limits.models import BreakerState
@@ -160,6 +162,14 @@ def metrics() -> Response:
     if not token and request.remote_addr not in LOOPBACK_ADDRESSES:
         return Response(
             "metrics: set JOBDESK_METRICS_TOKEN to allow scrapes from other hosts\n",
+            status=403,
+            mimetype="text/plain",
+        )
+    if not token and not rebinding_safe(request.host, settings.allowed_hosts):
+        # A browser page whose DNS name was rebound to 127.0.0.1 is "loopback" too.
+        return Response(
+            "metrics: unknown Host; scrape 127.0.0.1/localhost, list the name in "
+            "JOBDESK_ALLOWED_HOSTS, or set JOBDESK_METRICS_TOKEN\n",
             status=403,
             mimetype="text/plain",
         )

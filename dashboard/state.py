@@ -1,5 +1,6 @@
-"""The dashboard's per-app state (`app.extensions["jobdesk"]`): settings, engines,
-the login throttle and the optional identity hook of a host app."""
+"""The dashboard's per-app state (`app.extensions["jobdesk"]`): settings, engines, the
+trusted proxies and the optional identity hook of a host app. (The login throttle lives
+in the database: `shared.operator.login_throttle`.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sqlalchemy as sa
 from flask import current_app
 
 from jobdesk.dashboard.cache import TTLCache
-from jobdesk.dashboard.throttle import LoginThrottle
+from jobdesk.dashboard.proxy import TrustedProxies
 from jobdesk.shared.settings import Settings
 
 EXTENSION_KEY = "jobdesk"
@@ -38,11 +39,18 @@ class DashboardState:
     write_engine: sa.Engine
     owns_engines: bool
     identity_loader: IdentityLoader | None = None
-    throttle: LoginThrottle = field(default_factory=LoginThrottle)
     overview_cache: TTLCache[Any] = field(init=False)
+    trusted_proxies: TrustedProxies = field(init=False)
 
     def __post_init__(self) -> None:
         self.overview_cache = TTLCache(self.settings.dashboard_overview_cache_seconds)
+        self.trusted_proxies = TrustedProxies(self.settings.trusted_proxies)
+
+    @property
+    def request_body_limit(self) -> int:
+        """The largest request body the dashboard reads: a fix form carries one payload
+        as indented JSON text (room for twice the payload limit) plus a few fields."""
+        return 2 * self.settings.max_payload_bytes + 64 * 1024
 
     @property
     def statement_timeout(self) -> float:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Flask, request
+from flask import Flask, request, url_for
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
 from jobdesk.shared.alerts.links import AlertLink, alert_links
-from jobdesk.shared.core.masking import mask_email, mask_payload
+from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -37,11 +38,51 @@ def visible_controls(text: object) -> str:
 
 
 def viewer_mask(text: object) -> str:
-    """Free text (errors, keys, reasons) with emails masked for viewers."""
+    """Free text (errors, keys, reasons, URLs) as the current role may see it: secrets
+    masked for everyone (`token=…`, credentials — again at render time, whatever was
+    stored), emails masked for viewers."""
     if text is None:
         return ""
-    value = str(text)
+    value = mask_text(str(text))
     return mask_email(value) if auth.is_viewer_only() else value
+
+
+#: Where a stored error's stack trace starts: Python's own header, or the frames
+#: `describe_exception` appends after the "Type: message" line.
+_STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|\s+File ")', re.MULTILINE)
+STACK_HIDDEN = "[stack trace hidden: operators and admins see it]"
+
+
+def error_text(text: object) -> str:
+    """A stored error as the current role may read it: operators get the whole text
+    (the stack helps them fix the job), viewers the message without the stack — file
+    paths and code lines of the server are not theirs to see."""
+    value = "" if text is None else str(text)
+    if auth.can("operator"):
+        return value
+    match = _STACK_START.search(value)
+    if match is None:
+        return value
+    head = value[: match.start()].rstrip()
+    return f"{head}\n{STACK_HIDDEN}" if head else STACK_HIDDEN
+
+
+#: The list filters a job page links with, and their "same as job #N" forms.
+_KEY_LINKS = {"group": ("group_key", "group_of"), "key": ("idempotency_key", "key_of")}
+
+
+def jobs_sharing(job: Mapping[str, Any], kind: str) -> str:
+    """The jobs list filtered to `job`'s group or idempotency key.
+
+    The key goes into the link only when the current role sees it unmasked; otherwise
+    the link names the job (`?group_of=812`), so an href never carries what the page
+    masks (an email in a key for a viewer, a token for anyone)."""
+    column, by_reference = _KEY_LINKS[kind]
+    value = job[column]
+    args: dict[str, Any] = {kind: value}
+    if not isinstance(value, str) or viewer_mask(value) != value:
+        args = {by_reference: job["id"]}
+    return url_for("jobdesk.jobs.index", **args)
 
 
 def pretty_json(value: Any) -> str:
@@ -110,6 +151,7 @@ def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
         viewer_mask=viewer_mask,
+        error_text=error_text,
         pretty_json=pretty_json,
         ago=ago,
         duration=duration,
@@ -125,4 +167,5 @@ def install(app: Flask) -> None:
         current_identity=auth.current,
         here=here,
         alert_links=links_for_alert,
+        jobs_sharing=jobs_sharing,
     )

@@ -7,15 +7,18 @@ guard only ever applies to dashboard routes.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobdesk.dashboard import auth, csrf, db
 from jobdesk.dashboard.htmx import is_htmx
 from jobdesk.dashboard.navigation import here
-from jobdesk.dashboard.security import apply_headers
+from jobdesk.dashboard.security import apply_headers, host_allowed
+from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.views import (
     alerts,
     audit,
@@ -32,6 +35,7 @@ from jobdesk.dashboard.views import (
 from jobdesk.shared.assets import asset_path
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.operator.accounts import any_operator_exists, role_at_least
+from jobdesk.shared.operator.filters import check_id
 
 bp = Blueprint(
     "jobdesk",
@@ -73,11 +77,78 @@ def _to_login() -> Any:
     return redirect(target, code=303)
 
 
+def _limit_body() -> Any:
+    """Refuse an oversized body before anything parses it (413), and multipart (415).
+
+    Per request, not through the app's MAX_CONTENT_LENGTH, so a host app keeps its own
+    limits for its own routes. A declared Content-Length over the limit is refused
+    without reading a byte. A body without one (chunked) is read here up to one byte
+    past the limit: over it is a 413 — Werkzeug alone would cut such a body off at the
+    limit and parse the truncated form — within it, it is handed on with its length.
+    The form-field limit follows too, so Flask's 500 kB default never refuses a fix form
+    the dashboard accepts.
+    """
+    limit = get_state().request_body_limit
+    request.max_content_length = limit
+    request.max_form_memory_size = limit
+    length = request.content_length
+    if length is not None and length > limit:
+        return _refuse(
+            413, f"Refused: the request body is {length:,} bytes; the limit is {limit:,} bytes."
+        )
+    if request.mimetype == "multipart/form-data":
+        # No dashboard form uploads files; a multipart body's file parts would be
+        # spooled to disk before any check ran.
+        return _refuse(
+            415, "Refused: the dashboard accepts form posts (application/x-www-form-urlencoded)."
+        )
+    environ = request.environ
+    if length is None and environ.get("wsgi.input_terminated"):
+        body = _read_at_most(environ["wsgi.input"], limit + 1)
+        if len(body) > limit:
+            return _refuse(413, f"Refused: the request body is over the limit of {limit:,} bytes.")
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+        del environ["wsgi.input_terminated"]
+    return None
+
+
+def _read_at_most(stream: Any, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = stream.read(min(left, 64 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def check_path_ids() -> None:
+    """Every integer in the path (`<jobdesk_id:job_id>`) is an id that can exist, and no
+    text in it carries control characters (PostgreSQL refuses NUL outright); else 400
+    naming it. (The converter turned any id out of range into `OUT_OF_RANGE`.)"""
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, int):
+            check_id(name, value)
+        elif isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValidationError(name, "must not contain control characters")
+
+
 @bp.before_request
 def guard() -> Any:
-    """Fail closed: CSRF first, then identity, then the view's declared role."""
+    """Fail closed: host and body size first, CSRF, then identity, then the view's
+    declared role."""
+    allowed = get_state().settings.allowed_hosts
+    if not host_allowed(request.host, allowed):
+        return _refuse(400, "Refused: this dashboard does not answer to that host name.")
+    too_large = _limit_body()
+    if too_large is not None:
+        return too_large
     if request.endpoint == "jobdesk.static":
         return None
+    check_path_ids()
     problem = csrf.problem()
     if problem is not None:
         return _refuse(403, f"Refused: {problem}.")
@@ -113,6 +184,12 @@ def headers(response: Response) -> Response:
 @bp.errorhandler(ValidationError)
 def bad_input(exc: ValidationError) -> Any:
     return _refuse(400, f"Bad input: {exc.field} {exc.message}.")
+
+
+@bp.errorhandler(RequestEntityTooLarge)
+def too_large(_exc: RequestEntityTooLarge) -> Any:
+    limit = get_state().request_body_limit
+    return _refuse(413, f"Refused: the request body is larger than {limit:,} bytes.")
 
 
 @bp.errorhandler(NotFoundError)

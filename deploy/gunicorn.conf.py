@@ -7,12 +7,15 @@
 - no `preload_app`: each worker process builds its own app and database pool after the
   fork (a pool created before fork would share sockets between processes);
 - bind to loopback by default: put a TLS-terminating reverse proxy in front and list
-  its address in `forwarded_allow_ips` so `X-Forwarded-Proto` marks requests secure
-  (the session cookie then gets the Secure flag).
+  its addresses or networks in `JOBDESK_TRUSTED_PROXIES` (default loopback). gunicorn's
+  `forwarded_allow_ips` is derived from that one setting, so gunicorn and the dashboard
+  agree on whose `X-Forwarded-Proto` marks requests secure (the session cookie then
+  gets the Secure flag) and whose `X-Forwarded-For` names the client.
 
-The `JOBDESK_DASHBOARD_BIND` / `_WORKERS` / `_THREADS` and `JOBDESK_FORWARDED_ALLOW_IPS`
+The `JOBDESK_DASHBOARD_BIND` / `_WORKERS` / `_THREADS` and `JOBDESK_TRUSTED_PROXIES`
 settings are read (and checked) like every other Jobdesk setting. Every value can be
-overridden with the usual `GUNICORN_CMD_ARGS` or command-line flags.
+overridden with the usual `GUNICORN_CMD_ARGS` or command-line flags (do not widen
+`--forwarded-allow-ips` beyond `JOBDESK_TRUSTED_PROXIES`: the dashboard would not follow).
 """
 
 from jobdesk.shared.settings import Settings
@@ -30,7 +33,8 @@ keepalive = 5
 # Request line and header limits well above what the dashboard needs, below abuse.
 limit_request_line = 8190
 limit_request_fields = 100
-forwarded_allow_ips = ",".join(_settings.forwarded_allow_ips)
+# Normalised networks (gunicorn >= 22 accepts them); an empty list trusts no proxy.
+forwarded_allow_ips = ",".join(_settings.trusted_proxy_networks())
 accesslog = "-"
 errorlog = "-"
 # Never log query strings with secrets: the dashboard puts none there, but keep it short.

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from jobdesk.shared.core.masking import mask_text
+from jobdesk.shared.core.masking import MASK, is_secret_key, mask_text
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
     "message",
@@ -22,8 +23,42 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
 }
 
 
+#: How deep a nested extra is masked; anything deeper is replaced (a log line is not
+#: the place for a 1,000-level structure).
+MAX_EXTRA_DEPTH = 20
+
+
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+
+
+def masked(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready copy of a log extra with secrets masked at every depth: values under
+    secret-looking keys become `***` (`masking.is_secret_key`), strings go through
+    `masking.mask_text`, and anything else that is not a plain number — an object, bytes,
+    a set — is rendered with `str()` and masked as text (so `json.dumps(default=str)`
+    never writes an unmasked string)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return mask_text(value)
+    if depth >= MAX_EXTRA_DEPTH:
+        return "…"
+    if isinstance(value, Mapping):
+        return {
+            str(key): MASK
+            if is_secret_key(str(key)) and item not in (None, "")
+            else masked(item, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [masked(item, depth + 1) for item in value]
+    return mask_text(str(value))
+
+
+def _masked_extras(record: logging.LogRecord) -> dict[str, Any]:
+    result: dict[str, Any] = masked(_extras(record))
+    return result
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,10 +69,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": mask_text(record.getMessage()),
         }
-        # Secrets can reach a log line through an error message or an extra value.
-        data.update(
-            {k: mask_text(v) if isinstance(v, str) else v for k, v in _extras(record).items()}
-        )
+        # Secrets can reach a log line through an error message or an extra value, at
+        # any depth of it (`extra={"request": {"headers": {...}}}`).
+        data.update(_masked_extras(record))
         if record.exc_info:
             data["exc"] = mask_text(self.formatException(record.exc_info))
         return json.dumps(data, default=str, ensure_ascii=False)
@@ -49,7 +83,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        extras = _extras(record)
+        extras = _masked_extras(record)
         if extras:
             pairs = " ".join(f"{k}={v}" for k, v in extras.items())
             head, sep, rest = text.partition("\n")

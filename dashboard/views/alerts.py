@@ -43,7 +43,7 @@ def index() -> Any:
     )
 
 
-@bp.post("/alerts/<int:alert_id>/acknowledge")
+@bp.post("/alerts/<jobdesk_id:alert_id>/acknowledge")
 @auth.requires(Role.OPERATOR)
 def acknowledge(alert_id: int) -> Any:
     fallback = url_for("jobdesk.alerts.index")

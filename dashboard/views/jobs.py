@@ -75,7 +75,7 @@ def index() -> Any:
     return render("jobs/list.html", "jobs/_results.html", "job-results", **context)
 
 
-@bp.get("/jobs/<int:job_id>")
+@bp.get("/jobs/<jobdesk_id:job_id>")
 @auth.requires(Role.VIEWER)
 def detail(job_id: int) -> Any:
     with db.read() as conn:
@@ -99,7 +99,7 @@ def detail(job_id: int) -> Any:
     )
 
 
-@bp.get("/jobs/<int:job_id>/<any(payload, result):name>.json")
+@bp.get("/jobs/<jobdesk_id:job_id>/<any(payload, result):name>.json")
 @auth.requires(Role.OPERATOR)
 def raw_document(job_id: int, name: str) -> Any:
     """The stored document as it is in the database (secrets masked in the text), for
@@ -112,7 +112,7 @@ def raw_document(job_id: int, name: str) -> Any:
     return response
 
 
-@bp.get("/jobs/<int:job_id>/status")
+@bp.get("/jobs/<jobdesk_id:job_id>/status")
 @auth.requires(Role.VIEWER)
 def status(job_id: int) -> Any:
     with db.read() as conn:

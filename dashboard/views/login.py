@@ -9,8 +9,8 @@ from flask import Blueprint, g, redirect, render_template, request, url_for
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.navigation import safe_target
-from jobdesk.dashboard.state import get_state
-from jobdesk.shared.operator.accounts import any_operator_exists, verify
+from jobdesk.shared.operator.accounts import any_operator_exists
+from jobdesk.shared.operator.login_throttle import attempt_login
 from jobdesk.shared.operator.models import Role
 
 bp = Blueprint("login", __name__)
@@ -37,10 +37,13 @@ def login() -> Any:
 def login_submit() -> Any:
     username = (request.form.get("username") or "").strip()[:MAX_FIELD_CHARS]
     password = (request.form.get("password") or "")[:MAX_FIELD_CHARS]
+    # The client address as resolved from the TCP peer and JOBDESK_TRUSTED_PROXIES; the
+    # per-username bucket also holds when a client can change it (see login_throttle).
     address = request.remote_addr or "unknown"
-    throttle = get_state().throttle
-    wait = throttle.retry_after(address, username)
-    if wait > 0:
+    with db.write() as conn:
+        attempt = attempt_login(conn, address, username, password, now=db.now(conn))
+    if attempt.retry_after > 0:
+        wait = attempt.retry_after
         response = _page(
             429,
             username=username,
@@ -48,12 +51,9 @@ def login_submit() -> Any:
         )
         body, status = response
         return body, status, {"Retry-After": str(int(wait) + 1)}
-    with db.write() as conn:
-        account = verify(conn, username, password, now=db.now(conn)) if username else None
+    account = attempt.account
     if account is None:
-        throttle.failed(address, username)
         return _page(401, username=username, error="Wrong username or password.")
-    throttle.succeeded(address, username)
     auth.start_session(account)
     return redirect(
         safe_target(request.form.get("next"), url_for("jobdesk.overview.index")), code=303
@@ -63,5 +63,6 @@ def login_submit() -> Any:
 @bp.post("/logout")
 @auth.requires(Role.VIEWER)
 def logout() -> Any:
-    auth.end_session()
+    with db.write() as conn:
+        auth.end_session(conn)
     return redirect(url_for("jobdesk.login.login"), code=303)

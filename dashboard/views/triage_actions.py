@@ -40,7 +40,7 @@ def _redirect(job_id: int) -> Any:
     return redirect(_job_url(job_id), code=303)
 
 
-@bp.post("/jobs/<int:job_id>/retry")
+@bp.post("/jobs/<jobdesk_id:job_id>/retry")
 @auth.requires(Role.OPERATOR)
 def retry(job_id: int) -> Any:
     try:
@@ -65,7 +65,7 @@ def retry(job_id: int) -> Any:
     return back(_job_url(job_id))
 
 
-@bp.post("/jobs/<int:job_id>/ignore")
+@bp.post("/jobs/<jobdesk_id:job_id>/ignore")
 @auth.requires(Role.OPERATOR)
 def ignore(job_id: int) -> Any:
     try:
@@ -86,7 +86,7 @@ def ignore(job_id: int) -> Any:
     return back(_job_url(job_id))
 
 
-@bp.post("/jobs/<int:job_id>/cancel")
+@bp.post("/jobs/<jobdesk_id:job_id>/cancel")
 @auth.requires(Role.OPERATOR)
 def cancel_job(job_id: int) -> Any:
     try:
@@ -109,13 +109,15 @@ def _fix_form(
     text: str | None = None,
     errors: list[ValidationError] | None = None,
     reason: str = "",
+    keep: bool = False,
     status: int = 200,
 ) -> Any:
     with db.read() as conn:
         found = job_detail(conn, job_id)
     job = found.job
+    shown = mask_payload(job["payload"])
     if text is None:
-        text = json.dumps(mask_payload(job["payload"]), indent=2, ensure_ascii=False)
+        text = json.dumps(shown, indent=2, ensure_ascii=False)
     by_field: dict[str, list[str]] = {}
     for error in errors or []:
         by_field.setdefault(error.field, []).append(error.message)
@@ -126,23 +128,26 @@ def _fix_form(
         text=text,
         errors=by_field,
         reason=reason,
+        keep_secrets=keep,
+        has_masked=shown != job["payload"],
         reason_max=REASON_MAX_CHARS,
         next=safe_target(request.values.get("next"), _job_url(job_id)),
     )
     return page, status
 
 
-@bp.get("/jobs/<int:job_id>/fix")
+@bp.get("/jobs/<jobdesk_id:job_id>/fix")
 @auth.requires(Role.OPERATOR)
 def fix_form(job_id: int) -> Any:
     return _fix_form(job_id)
 
 
-@bp.post("/jobs/<int:job_id>/fix")
+@bp.post("/jobs/<jobdesk_id:job_id>/fix")
 @auth.requires(Role.OPERATOR)
 def fix(job_id: int) -> Any:
     text = request.form.get("payload", "")
     reason = request.form.get("reason", "")
+    keep_secrets = request.form.get("keep_secrets") == "yes"
     try:
         payload = parse_payload_text(text)
         with db.write() as conn:
@@ -154,14 +159,19 @@ def fix(job_id: int) -> Any:
                 reason=reason,
                 now=db.now(conn),
                 max_payload_bytes=_max_payload_bytes(),
+                keep_secrets=keep_secrets,
             )
     except ConflictError as exc:
         note(f"Your edit was not saved: {exc}. The page shows the current state.", "error")
         return _redirect(job_id)
     except PayloadErrors as exc:
-        return _fix_form(job_id, text=text, errors=exc.errors, reason=reason, status=422)
+        return _fix_form(
+            job_id, text=text, errors=exc.errors, reason=reason, keep=keep_secrets, status=422
+        )
     except ValidationError as exc:
-        return _fix_form(job_id, text=text, errors=[exc], reason=reason, status=422)
+        return _fix_form(
+            job_id, text=text, errors=[exc], reason=reason, keep=keep_secrets, status=422
+        )
     note(
         f"Fixed the payload and requeued job #{job_id} as new job #{new_id}.",
         href=_job_url(new_id),

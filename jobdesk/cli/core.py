@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 import click
 
 from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
-from jobdesk.shared.core.validation import MAX_DEPTH
+from jobdesk.shared.core.errors import ValidationError
 
 
 @cli.command()
@@ -51,18 +50,12 @@ def settings_command(markdown: bool, as_json: bool) -> None:
 
 
 def _parse_payload(raw: str) -> Any:
+    from jobdesk.shared.core.json_text import loads_json_text
+
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
-    except RecursionError:
-        raise click.BadParameter(f"nested more than {MAX_DEPTH} levels deep") from None
-    except ValueError as exc:  # e.g. an integer of thousands of digits
-        raise click.BadParameter(f"not usable JSON: {exc}") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise click.BadParameter(f"{name} is not allowed in a JSON payload")
+        return loads_json_text("payload", raw)
+    except ValidationError as exc:
+        raise click.BadParameter(f"{exc.field} {exc.message}") from None
 
 
 def _parse_when(raw: str | None) -> datetime | None:

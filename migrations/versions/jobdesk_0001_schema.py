@@ -359,9 +359,11 @@ def upgrade() -> None:
         sa.Column(
             "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
+        sa.Column("session_epoch", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.CheckConstraint(
             "role IN ('admin', 'operator', 'viewer')", name=op.f("ck_jobdesk_operators_role")
         ),
+        sa.CheckConstraint("session_epoch >= 0", name=op.f("ck_jobdesk_operators_session_epoch")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_operators")),
         sa.UniqueConstraint("username", name=op.f("uq_jobdesk_operators_username")),
     )

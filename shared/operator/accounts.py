@@ -47,6 +47,8 @@ class OperatorAccount:
     #: A short digest of the password hash: sessions remember it, so changing the
     #: password signs out every other session.
     password_version: str
+    #: The session generation; sessions issued under an older one are refused.
+    session_epoch: int = 0
 
 
 def role_at_least(role: str, needed: str) -> bool:
@@ -88,6 +90,7 @@ def _account(row: Any) -> OperatorAccount:
         created_at=row.created_at,
         last_login_at=row.last_login_at,
         password_version=password_version(row.password_hash),
+        session_epoch=int(row.session_epoch),
     )
 
 
@@ -148,12 +151,10 @@ def any_operator_exists(conn: sa.Connection) -> bool:
     return conn.execute(query).first() is not None
 
 
-def verify(
-    conn: sa.Connection, username: str, password: str, *, now: datetime
-) -> OperatorAccount | None:
+def check_credentials(conn: sa.Connection, username: str, password: str) -> OperatorAccount | None:
     """The account when the password matches and the account is enabled, else None.
 
-    Records the login time on success (the caller commits)."""
+    Writes nothing; spends the same hashing time for unknown users."""
     row = None
     if isinstance(username, str) and USERNAME_PATTERN.fullmatch(username):
         row = conn.execute(
@@ -164,17 +165,48 @@ def verify(
         return None
     if not check_password_hash(row.password_hash, password) or row.disabled:
         return None
-    conn.execute(sa.update(operators).where(operators.c.id == row.id).values(last_login_at=now))
     return _account(row)
+
+
+def record_login(conn: sa.Connection, account: OperatorAccount, *, now: datetime) -> None:
+    conn.execute(sa.update(operators).where(operators.c.id == account.id).values(last_login_at=now))
+
+
+def verify(
+    conn: sa.Connection, username: str, password: str, *, now: datetime
+) -> OperatorAccount | None:
+    """`check_credentials`, recording the login time on success (the caller commits)."""
+    account = check_credentials(conn, username, password)
+    if account is not None:
+        record_login(conn, account, now=now)
+    return account
+
+
+def _next_epoch() -> sa.ColumnElement[int]:
+    return operators.c.session_epoch + 1
+
+
+def end_sessions(conn: sa.Connection, username: str) -> bool:
+    """Invalidate every session cookie issued to `username` (logout ends them all, on
+    every device: a copied cookie dies with the one logged out). True when it exists."""
+    result = conn.execute(
+        sa.update(operators)
+        .where(operators.c.username == username)
+        .values(session_epoch=_next_epoch())
+    )
+    return bool(result.rowcount)
 
 
 def set_disabled(
     conn: sa.Connection, username: str, disabled: bool, *, now: datetime, actor: str = "cli"
 ) -> OperatorAccount:
-    """Disable (sessions end at their next request) or re-enable an account."""
+    """Disable or re-enable an account; either way every existing session ends (a
+    re-enabled account starts from a fresh login, old cookies stay dead)."""
     require_operator(conn, username)
     conn.execute(
-        sa.update(operators).where(operators.c.username == username).values(disabled=disabled)
+        sa.update(operators)
+        .where(operators.c.username == username)
+        .values(disabled=disabled, session_epoch=_next_epoch())
     )
     audit.record(
         conn,
@@ -195,7 +227,7 @@ def set_password(
     conn.execute(
         sa.update(operators)
         .where(operators.c.username == username)
-        .values(password_hash=generate_password_hash(password))
+        .values(password_hash=generate_password_hash(password), session_epoch=_next_epoch())
     )
     audit.record(
         conn,

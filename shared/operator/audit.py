@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import AuditAction, audit_log
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.operator.filters import AuditFilters
+from jobdesk.shared.operator.filters import MAX_ID, AuditFilters
 
 #: Every action name the application writes (the audit page filters by these).
 ACTIONS: tuple[str, ...] = tuple(AuditAction)
@@ -70,9 +70,12 @@ def decode_cursor(raw: str | None) -> int | None:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValidationError("after", "is not a valid page cursor") from None
-    if not text.startswith("a") or not text[1:].isdigit() or len(text) > 20:
+    digits = text[1:]
+    if not text.startswith("a") or not (digits.isascii() and digits.isdigit()) or len(text) > 20:
         raise ValidationError("after", "is not a valid page cursor")
-    return int(text[1:])
+    if not 1 <= int(digits) <= MAX_ID:
+        raise ValidationError("after", "is not a valid page cursor")
+    return int(digits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,21 @@ def _choice(args: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str
     return value
 
 
+#: The largest id (and any other integer) a query may bind: PostgreSQL's BIGINT.
+MAX_ID = 2**63 - 1
+
+
+def check_time_range(name: str, value: datetime) -> datetime:
+    """`value` in UTC, or a ValidationError when it has no UTC form (year 1 with a
+    positive offset, year 9999 with a negative one) — never an OverflowError."""
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValidationError(
+            name, f"{value.isoformat()[:40]!r} is out of range (years 1 to 9999 in UTC)"
+        ) from None
+
+
 def parse_time(name: str, raw: str | None) -> datetime | None:
     """An ISO 8601 time; a time without a zone is taken as UTC (form inputs have none)."""
     if raw is None:
@@ -96,13 +111,27 @@ def parse_time(name: str, raw: str | None) -> datetime | None:
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    return check_time_range(name, value)
+
+
+def format_time(value: datetime) -> str:
+    """The inverse of `parse_time` for URLs: `0001-01-01T00:00:00` (zero-padded, unlike
+    `strftime("%Y")` for years before 1000)."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def check_id(name: str, value: int) -> int:
+    """An id bound into SQL: 1 to 2^63-1 (a larger one would overflow BIGINT)."""
+    if isinstance(value, bool) or not 1 <= value <= MAX_ID:
+        raise ValidationError(name, f"must be a whole number from 1 to {MAX_ID}")
+    return value
 
 
 def parse_positive_int(name: str, raw: str | None, maximum: int = 2**62) -> int | None:
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 19:
+    # ASCII only: str.isdigit() also says yes to "²", which int() then refuses.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
         raise ValidationError(name, f"{raw[:40]!r} is not a positive whole number")
     value = int(raw)
     if not 1 <= value <= maximum:
@@ -128,6 +157,10 @@ class JobFilters:
     until: datetime | None = None
     time_field: str = "created"
     retried_from: int | None = None
+    #: Jobs sharing job #N's group / idempotency key: how a page links to "the same key"
+    #: without putting the key (possibly an email or a secret) into the URL.
+    group_of: int | None = None
+    key_of: int | None = None
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
 
@@ -173,6 +206,8 @@ class JobFilters:
             until=until,
             time_field=_choice(args, "time", TIME_FIELDS) or "created",
             retried_from=parse_positive_int("retried_from", _single(args, "retried_from")),
+            group_of=parse_positive_int("group_of", _single(args, "group_of")),
+            key_of=parse_positive_int("key_of", _single(args, "key_of")),
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
         )
@@ -188,7 +223,7 @@ class JobFilters:
             if value is None or defaults.get(item.name) == value:
                 continue
             if isinstance(value, datetime):
-                value = value.strftime("%Y-%m-%dT%H:%M:%S")
+                value = format_time(value)
             out[names.get(item.name, item.name)] = str(value)
         return out
 
@@ -248,9 +283,9 @@ class AuditFilters:
         if self.job_id:
             out["job"] = str(self.job_id)
         if self.since:
-            out["since"] = self.since.strftime("%Y-%m-%dT%H:%M:%S")
+            out["since"] = format_time(self.since)
         if self.until:
-            out["until"] = self.until.strftime("%Y-%m-%dT%H:%M:%S")
+            out["until"] = format_time(self.until)
         if self.page_size != DEFAULT_PAGE_SIZE:
             out["page_size"] = str(self.page_size)
         return out

@@ -32,8 +32,14 @@ class Operator(Base):
     disabled: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
     created_at: Mapped[datetime] = mapped_column(server_default=utcnow())
     last_login_at: Mapped[datetime | None]
+    #: Session generation: every session cookie carries the value it was issued under
+    #: and is refused once this moves on (logout, disable, enable, password change).
+    session_epoch: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
 
-    __table_args__ = (sa.CheckConstraint(in_list("role", sorted(Role)), name="role"),)
+    __table_args__ = (
+        sa.CheckConstraint(in_list("role", sorted(Role)), name="role"),
+        sa.CheckConstraint("session_epoch >= 0", name="session_epoch"),
+    )
 
 
 operators = table_of(Operator)

@@ -28,7 +28,7 @@ from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
-from jobdesk.shared.operator.filters import UNRESOLVED, JobFilters
+from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.models import webhook_deliveries
@@ -126,6 +126,15 @@ def filter_conditions(
         conditions.append(jobs.c.resolution == inline(filters.resolution))
     if filters.retried_from is not None:
         conditions.append(jobs.c.retried_from_id == filters.retried_from)
+    for column, job_id in (
+        (jobs.c.group_key, filters.group_of),
+        (jobs.c.idempotency_key, filters.key_of),
+    ):
+        if job_id is not None:
+            # NULL when the job has no such key (or does not exist): matches nothing.
+            reference = jobs.alias("reference")
+            same = sa.select(reference.c[column.name]).where(reference.c.id == job_id)
+            conditions.append(column == same.scalar_subquery())
     since, until = filters.window(now)
     column = {
         "created": jobs.c.created_at,
@@ -221,7 +230,7 @@ def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
     if not (isinstance(data, list) and len(data) == 3 and data[0] == sort):
         raise problem
     _, value, job_id = data
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_ID:
         raise problem
     _, _, is_time = _SORT_COLUMNS[sort]
     if is_time:
@@ -233,7 +242,8 @@ def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
             raise problem from None
         if value.tzinfo is None:
             raise problem
-    elif isinstance(value, bool) or not isinstance(value, int):
+        value = check_time_range("after", value)
+    elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
         raise problem
     return value, job_id
 

@@ -23,7 +23,8 @@ from jobdesk.shared.core import decisions
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.decisions import requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
-from jobdesk.shared.core.masking import MASK, mask_payload
+from jobdesk.shared.core.json_text import check_json_numbers
+from jobdesk.shared.core.masking import MASK, mask_payload, mask_text
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
 from jobdesk.shared.core.states import JobStatus, Resolution
@@ -46,7 +47,8 @@ WEBHOOK_TYPE = "webhook.deliver"
 
 
 def check_reason(reason: str | None, *, required: bool) -> str | None:
-    """A bounded, stripped reason; required for ignoring."""
+    """A bounded, stripped reason, credentials masked before storage; required for
+    ignoring."""
     text = (reason or "").strip()
     if not text:
         if required:
@@ -58,7 +60,7 @@ def check_reason(reason: str | None, *, required: bool) -> str | None:
         )
     if "\x00" in text:
         raise ValidationError("reason", "must not contain NUL characters")
-    return text
+    return mask_text(text)
 
 
 __all__ = [
@@ -73,7 +75,9 @@ __all__ = [
     "ignore_dead",
     "payload_diff",
     "preview_bulk",
+    "register_destination_fields",
     "restore_masked",
+    "restore_masked_values",
     "retry_dead",
     "runnable_types",
     "validate_fixed_payload",
@@ -138,25 +142,114 @@ def retry_dead(
     return done.new_ids[job_id]
 
 
-def restore_masked(original: Any, edited: Any) -> Any:
-    """Put back secrets the edit form showed as `***` and the operator left untouched."""
-    if isinstance(edited, Mapping) and isinstance(original, Mapping):
-        shown = mask_payload(original)
+#: Payload fields that say where a job's effect goes, per job type. A fix that changes
+#: one of them while keeping secrets the form showed as `***` would deliver those
+#: secrets to a destination the operator never saw them go to: refused unless the
+#: operator explicitly chooses to keep them. Types not listed here (an app's own) are
+#: treated as if any edit could change the destination.
+DESTINATION_FIELDS: dict[str, tuple[str, ...]] = {
+    "webhook.deliver": ("endpoint",),
+    "email.send": ("to", "to_user_id"),
+    "report.generate": (),
+}
+_MISSING: Any = object()
+
+
+def register_destination_fields(job_type: str, fields: tuple[str, ...]) -> None:
+    """Declare which top-level payload fields of `job_type` name its destination (`()`:
+    none — the job never sends its data anywhere a payload edit could change)."""
+    DESTINATION_FIELDS[job_type] = tuple(fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """An edited payload with the masked values the operator left untouched put back."""
+
+    payload: Any
+    #: Paths (`token`, `data.headers[0]`) whose stored value was put back.
+    kept: tuple[str, ...]
+    #: Paths still holding `***` that did not come back whole: a partly edited masked
+    #: string (`"Authorization: *** x"`) or a mask copied elsewhere.
+    leftover: tuple[str, ...]
+
+
+def _join(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def _restore(
+    original: Any, shown: Any, edited: Any, path: str, kept: list[str], leftover: list[str]
+) -> Any:
+    if isinstance(edited, Mapping):
+        before = original if isinstance(original, Mapping) else {}
+        seen = shown if isinstance(shown, Mapping) else {}
         return {
-            key: original[key]
-            if value == MASK and key in original and shown.get(key) == MASK
-            and original[key] != MASK
-            else restore_masked(original.get(key), value)
+            key: _restore(
+                before.get(key, _MISSING), seen.get(key, _MISSING), value,
+                _join(path, key), kept, leftover,
+            )
             for key, value in edited.items()
         }  # fmt: skip
-    if isinstance(edited, list) and isinstance(original, list):
+    if isinstance(edited, list):
+        before_list = original if isinstance(original, list) else []
+        seen_list = shown if isinstance(shown, list) else []
         return [
-            restore_masked(original[index] if index < len(original) else None, item)
-            for index, item in enumerate(edited)
-        ]
-    if edited == MASK and isinstance(original, str) and mask_payload(original) != original:
+            _restore(
+                before_list[i] if i < len(before_list) else _MISSING,
+                seen_list[i] if i < len(seen_list) else _MISSING,
+                item, _join(path, i), kept, leftover,
+            )
+            for i, item in enumerate(edited)
+        ]  # fmt: skip
+    if isinstance(edited, str) and original is not _MISSING and edited == shown != original:
+        # Exactly what the form showed for a masked value — whole (`***`) or partly
+        # masked (`Authorization: ***`): the operator kept it, so keep the stored one.
+        kept.append(path)
         return original
+    if isinstance(edited, str) and MASK in edited and edited != original:
+        leftover.append(path)
     return edited
+
+
+def restore_masked_values(original: Any, edited: Any) -> Restored:
+    """Put back what the edit form showed masked and the operator left exactly as shown;
+    report any `***` that would otherwise be saved as data."""
+    kept: list[str] = []
+    leftover: list[str] = []
+    payload = _restore(original, mask_payload(original), edited, "", kept, leftover)
+    return Restored(payload, tuple(kept), tuple(leftover))
+
+
+def restore_masked(original: Any, edited: Any) -> Any:
+    """`restore_masked_values(...).payload`."""
+    return restore_masked_values(original, edited).payload
+
+
+def _destination_change(
+    job_type: str, before: Mapping[str, Any], after: Mapping[str, Any], kept: tuple[str, ...]
+) -> str | None:
+    """How the edit may change where the job's effect goes (None: it does not)."""
+    fields = DESTINATION_FIELDS.get(job_type)
+    if fields is None:
+        changed = [
+            path
+            for part in payload_diff(before, after).values()
+            for path in part
+            if path not in kept
+        ]
+        if not changed:
+            return None
+        return (
+            f"job type {job_type!r} declares no destination fields, so any edit "
+            f"({', '.join(changed[:3])}) may send them somewhere else"
+        )
+    moved = [f for f in fields if before.get(f, _MISSING) != after.get(f, _MISSING)]
+    if not moved:
+        return None
+    shown = mask_payload({f: after.get(f) for f in moved}, mask_emails=False)
+    return "the destination changed (" + ", ".join(f"{f} → {shown[f]!r}" for f in moved) + ")"
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -174,14 +267,18 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def payload_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
-    """What changed, path by path, with secrets masked on both sides."""
+    """What really changed, path by path, with secrets masked on both sides. A change
+    the masking hides (`***` → `***`) is still listed, marked `masked_change`."""
     raw_before, raw_after = _flatten(before), _flatten(after)
     shown_before, shown_after = _flatten(mask_payload(before)), _flatten(mask_payload(after))
-    changed = {
-        path: {"before": shown_before.get(path), "after": shown_after.get(path)}
-        for path in sorted(raw_before.keys() & raw_after.keys())
-        if raw_before[path] != raw_after[path]
-    }
+    changed: dict[str, Any] = {}
+    for path in sorted(raw_before.keys() & raw_after.keys()):
+        if raw_before[path] == raw_after[path]:
+            continue
+        change = {"before": shown_before.get(path), "after": shown_after.get(path)}
+        if change["before"] == change["after"]:
+            change["masked_change"] = True
+        changed[path] = change
     added = {path: shown_after.get(path) for path in sorted(raw_after.keys() - raw_before.keys())}
     removed = {
         path: shown_before.get(path) for path in sorted(raw_before.keys() - raw_after.keys())
@@ -192,8 +289,10 @@ def payload_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[st
 def validate_fixed_payload(
     job_type: str, payload: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 ) -> dict[str, Any]:
-    """The same rules as enqueue (strict JSON, size) plus the type's own checks."""
+    """The same rules as enqueue (strict JSON, size) plus the type's own checks, and
+    numbers within the bounds of JSON text typed by a person (`core.json_text`)."""
     serialize_payload(payload, max_bytes)
+    check_json_numbers(payload, "payload")
     assert isinstance(payload, Mapping)
     errors = check_payload(job_type, payload)
     if errors:
@@ -210,20 +309,49 @@ def fix_and_retry(
     reason: str | None = None,
     now: datetime,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    keep_secrets: bool = False,
 ) -> int:
     """Retry dead job `job_id` as a new job with an edited payload; returns the new id.
 
-    The form shows secrets as `***`; values left that way keep their stored value. The
-    audit row stores a masked before/after diff.
+    The form shows secrets as `***` (whole values, or the secret part of a string);
+    values left exactly as shown keep their stored value. Two things are refused
+    (`ValidationError`): a `***` that would be saved as data (a partly edited masked
+    string), and keeping stored secrets while the edit changes the job's destination
+    (`DESTINATION_FIELDS`) — unless `keep_secrets` says the operator chose that. The
+    audit row stores a masked diff of what really changed and which secrets were kept.
     """
     reason = check_reason(reason, required=False)
     row = _dead_row(conn, job_id)
     _check_triageable(row)
     if row.job_type not in runnable_types(conn):
         raise _unknown_type_error(row.job_type)
-    fixed = validate_fixed_payload(
-        row.job_type, restore_masked(row.payload, payload), max_bytes=max_payload_bytes
-    )
+    restored = restore_masked_values(row.payload, payload)
+    if restored.leftover:
+        raise PayloadErrors(
+            [
+                ValidationError(
+                    f"payload.{path}",
+                    "still contains *** from a masked value: type the whole value again, "
+                    "or leave the masked text exactly as shown to keep the stored one",
+                )
+                for path in restored.leftover
+            ]
+        )
+    fixed = validate_fixed_payload(row.job_type, restored.payload, max_bytes=max_payload_bytes)
+    before = row.payload or {}
+    details: dict[str, Any] = {"diff": payload_diff(before, fixed)}
+    if restored.kept:
+        details["kept_secrets"] = list(restored.kept)
+        moved = _destination_change(row.job_type, before, fixed, restored.kept)
+        if moved is not None and not keep_secrets:
+            raise ValidationError(
+                "payload",
+                f"{moved}, and the stored secrets at {', '.join(restored.kept)} would go "
+                "there too. Type them again (or remove them), or confirm that the new "
+                "destination may receive the stored secrets",
+            )
+        if moved is not None:
+            details["kept_secrets_for_new_destination"] = True
     done = requeue_dead(
         conn,
         [job_id],
@@ -233,7 +361,7 @@ def fix_and_retry(
         action=AuditAction.FIX_RETRY,
         resolution=Resolution.FIXED,
         payload=fixed,
-        details={"diff": payload_diff(row.payload or {}, fixed)},
+        details=details,
     )
     if job_id not in done.new_ids:
         raise _conflict(_dead_row(conn, job_id))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.settings.alerts import AlertConfig
-from jobdesk.shared.settings.parsing import Rate
+from jobdesk.shared.settings.parsing import Rate, check_host_names, check_networks, networks
 from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.settings.schema import entries, load, reference_markdown, section, setting
 
@@ -200,6 +200,18 @@ class Settings:
         "always mark the session cookie `Secure` (it is anyway over HTTPS)",
         group=DASHBOARD,
     )
+    session_lifetime_seconds: float = setting(
+        12 * 3600.0,
+        "a login lasts at most this long, however active (absolute, checked on the server)",
+        group=DASHBOARD,
+        minimum=60,
+    )
+    session_idle_timeout_seconds: float = setting(
+        3600.0,
+        "a session unused this long ends (checked on the server)",
+        group=DASHBOARD,
+        minimum=60,
+    )
     dashboard_statement_timeout_seconds: float = setting(
         5.0,
         "deadline of each dashboard query (503 when it fires)",
@@ -211,11 +223,22 @@ class Settings:
         "how long the overview's counts are reused (`0` recomputes every time)",
         group=DASHBOARD,
     )
-    trusted_proxy_header: str = setting(
-        "", "header carrying the user authenticated by your SSO proxy", group=DASHBOARD
-    )
     trusted_proxies: tuple[str, ...] = setting(
-        (), "comma-separated addresses/networks allowed to send it", group=DASHBOARD
+        ("127.0.0.1", "::1"),
+        "your reverse proxies: comma-separated addresses or CIDR networks, checked against "
+        "the TCP peer. Only from them are `X-Forwarded-For` (the client address for the "
+        "login rate limit and the `/metrics` loopback check), `X-Forwarded-Proto` and the "
+        "SSO header believed; gunicorn's `forwarded_allow_ips` is derived from it. Empty "
+        "trusts no one",
+        group=DASHBOARD,
+        shown_default="`127.0.0.1,::1`",
+        check=check_networks,
+    )
+    trusted_proxy_header: str = setting(
+        "",
+        "header carrying the user authenticated by your SSO proxy (believed only from "
+        "`JOBDESK_TRUSTED_PROXIES`)",
+        group=DASHBOARD,
     )
     trusted_proxy_default_role: str | None = setting(
         None,
@@ -223,12 +246,14 @@ class Settings:
         group=DASHBOARD,
         choices=ROLES,
     )
-    forwarded_allow_ips: tuple[str, ...] = setting(
-        ("127.0.0.1", "::1"),
-        "proxies whose `X-Forwarded-*` headers are trusted (scheme for gunicorn; client "
-        "address for the login rate limit and the `/metrics` loopback check)",
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        "host names the dashboard answers to (`jobs.example.com`; `.example.com` for its "
+        "subdomains), others get 400; empty: any. Either way `/readyz`, and `/metrics` "
+        "without a token, answer only IP-literal hosts, `localhost` and these (DNS "
+        "rebinding)",
         group=DASHBOARD,
-        shown_default="`127.0.0.1,::1`",
+        check=check_host_names,
     )
     dashboard_bind: str = setting(
         "127.0.0.1:8000", "gunicorn bind (`deploy/gunicorn.conf.py`)", group=DASHBOARD
@@ -278,6 +303,11 @@ class Settings:
     demo_webhook_backoff: str = setting(
         "2,4,8,16", "the demo's CRM retry schedule in seconds (`jobdesk demo` only)", group=TESTS
     )
+
+    def trusted_proxy_networks(self) -> tuple[str, ...]:
+        """`JOBDESK_TRUSTED_PROXIES` as normalised networks (`10.0.0.0/8`, `::1/128`), the
+        form gunicorn's `forwarded_allow_ips` accepts."""
+        return tuple(str(network) for network in networks(self.trusted_proxies))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

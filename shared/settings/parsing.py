@@ -6,13 +6,19 @@ what it expected; none of them accepts NaN or infinity.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
     "NEVER",
     "Rate",
     "SettingsError",
+    "check_host_names",
+    "check_networks",
+    "networks",
     "parse_bool",
     "parse_int",
     "parse_list",
@@ -74,6 +80,28 @@ def parse_list(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def networks(entries: Iterable[str]) -> tuple[Network, ...]:
+    """Addresses (`10.0.0.5`, `::1`) and CIDR networks (`10.0.0.0/8`) as networks; host
+    bits are allowed (`10.1.2.3/8` is `10.0.0.0/8`). Raises ValueError for anything else."""
+    return tuple(ipaddress.ip_network(entry.strip(), strict=False) for entry in entries)
+
+
+def check_networks(name: str, value: object) -> None:
+    """A list of addresses or CIDR networks; `*` and host names are refused."""
+    assert isinstance(value, tuple)
+    for entry in value:
+        try:
+            networks([entry])
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {entry!r} is not an IP address or CIDR network (like 10.0.0.0/8); "
+                "list your proxies' addresses — `*` and host names are not accepted"
+            ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """`count` events per `per_seconds`: written `10/s`, `600/m`, `5/1.5s`, `100/h`."""
@@ -102,3 +130,22 @@ class Rate:
             if self.per_seconds == seconds:
                 return f"{self.count:g}/{unit}"
         return f"{self.count:g}/{self.per_seconds:g}s"
+
+
+_HOST_NAME = re.compile(r"\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def check_host_names(name: str, value: object) -> None:
+    """Host names (`jobs.example.com`, `.example.com` for subdomains) or IP addresses,
+    without scheme, port or wildcard."""
+    assert isinstance(value, tuple)
+    for entry in value:
+        text = entry.strip().lower()
+        try:
+            ipaddress.ip_address(text.strip("[]"))
+        except ValueError:
+            if not _HOST_NAME.fullmatch(text):
+                raise SettingsError(
+                    f"{name}: {entry!r} is not a host name like jobs.example.com or "
+                    ".example.com (no scheme, port or *)"
+                ) from None

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core import validation
 from jobdesk.shared.core.audit import AuditAction, audit_log
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.webhooks.models import webhook_endpoints
@@ -88,6 +89,8 @@ def _endpoint(row: sa.Row[Any]) -> Endpoint:
 
 
 def _check_reason(reason: str | None) -> str | None:
+    """A bounded reason with credentials masked before it is stored (a 410 disable's
+    reason names the URL, which may carry `?token=`)."""
     if reason is None:
         return None
     reason = reason.strip()
@@ -95,7 +98,7 @@ def _check_reason(reason: str | None) -> str | None:
         raise ValidationError("reason", "must not contain NUL characters")
     if len(reason) > MAX_REASON_CHARS:
         raise ValidationError("reason", f"at most {MAX_REASON_CHARS} characters")
-    return reason or None
+    return mask_text(reason) or None
 
 
 def _audit(
@@ -154,7 +157,12 @@ def add_endpoint(
         )
     )
     _audit(
-        conn, actor=actor, action=AuditAction.ENDPOINT_ADD, name=name, now=now, details={"url": url}
+        conn,
+        actor=actor,
+        action=AuditAction.ENDPOINT_ADD,
+        name=name,
+        now=now,
+        details={"url": mask_text(url)},
     )
     return secret
 
@@ -179,7 +187,7 @@ def set_endpoint_url(
         action=AuditAction.ENDPOINT_SET_URL,
         name=name,
         now=now,
-        details={"from": previous.url, "to": url},
+        details={"from": mask_text(previous.url), "to": mask_text(url)},
     )
 
 

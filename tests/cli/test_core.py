@@ -113,6 +113,9 @@ MISTAKES: list[tuple[tuple[str, ...], str]] = [
     (("enqueue", "email.send", "{}", "--run-at", "tomorrow"), "ISO 8601"),
     (("enqueue", "email.send", "{}", "--run-at", "2030-01-01T00:00:00"), "time zone"),
     (("enqueue", "email.send", '{"s": "\\u0000"}'), "NUL"),
+    # B14: a JSON literal Python cannot convert (> 4,300 digits) was a traceback.
+    (("enqueue", "email.send", '{"n": ' + "9" * 5000 + "}"), "5,000-digit integer"),
+    (("enqueue", "email.send", '{"x": 1e400}'), "too large"),
 ]
 
 

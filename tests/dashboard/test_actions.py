@@ -86,7 +86,14 @@ def test_fix_form_validates_per_field_and_keeps_the_text(
     nan = operator.post(f"/jobs/{job_id}/fix", {"payload": '{"n": NaN}'})
     assert nan.status_code == 422
     good = '{"endpoint": "crm-eu", "event": "user.created", "data": {"id": 1}, "token": "***"}'
-    done = operator.post(f"/jobs/{job_id}/fix", {"payload": good, "reason": "moved to EU"})
+    # Moving the job keeps the stored token only when the operator confirms it (issue 12
+    # #13: it used to follow the job to the new endpoint silently).
+    silent = operator.post(f"/jobs/{job_id}/fix", {"payload": good, "reason": "moved to EU"})
+    assert silent.status_code == 422
+    assert "the destination changed" in silent.get_data(as_text=True)
+    done = operator.post(
+        f"/jobs/{job_id}/fix", {"payload": good, "reason": "moved to EU", "keep_secrets": "yes"}
+    )
     assert done.status_code == 303
     with engine.connect() as conn:
         new = conn.execute(sa.select(jobs).where(jobs.c.retried_from_id == job_id)).one()

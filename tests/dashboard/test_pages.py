@@ -15,7 +15,8 @@ from tests.factories import make_job
 
 
 def test_overview_counts_ages_trend_and_fragment(viewer: Browser, engine: sa.Engine) -> None:
-    # The clock at the test itself (NOW is taken at import, minutes before in a long run).
+    # The age shown is measured from the page's own clock: take "now" here, not from the
+    # conftest import (which can be minutes before this test runs in a long session).
     now = datetime.now(UTC)
     with engine.begin() as conn:
         for _ in range(3):

@@ -1,16 +1,32 @@
-"""Behind a trusted proxy the dashboard sees the real client address."""
+"""Behind a trusted proxy the dashboard sees the real client address — and trust itself
+(forwarded headers, the SSO user header) is decided on the TCP peer, by one setting."""
 
+import importlib.util
+import os
 import secrets
+from pathlib import Path
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
+from flask import Flask
 
 from jobdesk.dashboard import create_app
+from jobdesk.dashboard.proxy import TrustedProxies
+from jobdesk.shared.settings import SettingsError
+from tests.dashboard.conftest import add_user, dead_job
 from tests.factories import env_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _app(engine: sa.Engine, **extra: str) -> Flask:
+    settings = env_settings(extra, secret_key=secrets.token_urlsafe(48))
+    return create_app(settings, engine)
 
 
 def _client(engine: sa.Engine, **extra: str):  # type: ignore[no-untyped-def]
-    settings = env_settings(extra, secret_key=secrets.token_urlsafe(48))
-    return create_app(settings, engine).test_client()
+    return _app(engine, **extra).test_client()
 
 
 def test_metrics_refuses_a_remote_client_forwarded_by_the_local_proxy(engine: sa.Engine) -> None:
@@ -26,10 +42,129 @@ def test_metrics_refuses_a_remote_client_forwarded_by_the_local_proxy(engine: sa
 
 
 def test_forwarded_for_from_an_untrusted_peer_is_ignored(engine: sa.Engine) -> None:
-    client = _client(engine, forwarded_allow_ips="10.0.0.1")
+    client = _client(engine, trusted_proxies="10.0.0.1")
     spoofed = client.get(
         "/metrics",
         environ_base={"REMOTE_ADDR": "198.51.100.7"},
         headers={"X-Forwarded-For": "127.0.0.1"},
     )
     assert spoofed.status_code == 403
+
+
+def test_entries_a_client_wrote_left_of_the_proxys_own_are_never_the_client(
+    engine: sa.Engine,
+) -> None:
+    client = _client(engine)
+    spoofed = client.get(
+        "/metrics",
+        environ_base={"REMOTE_ADDR": "127.0.0.1"},
+        headers={"X-Forwarded-For": "127.0.0.1, 203.0.113.9"},
+    )
+    assert spoofed.status_code == 403
+
+
+# --- SSO: trust on the TCP peer ------------------------------------------------------------
+
+
+def _sso(engine: sa.Engine, **extra: str) -> Flask:
+    add_user(engine, "alice", "admin")
+    return _app(engine, trusted_proxy_header="X-Forwarded-User", **extra)
+
+
+def _as(app: Flask, peer: str, **headers: str) -> Any:
+    return app.test_client().get("/", headers=headers, environ_base={"REMOTE_ADDR": peer})
+
+
+def test_a_local_client_cannot_borrow_a_trusted_network_through_x_forwarded_for(
+    engine: sa.Engine,
+) -> None:
+    """Issue 12 #6: with TRUSTED_PROXIES=10.0.0.0/8 a local client sending
+    `X-Forwarded-For: 10.9.9.9` was logged in as whoever it named, admin POSTs included."""
+    app = _sso(engine, trusted_proxies="10.0.0.0/8")
+    with engine.begin() as conn:
+        job_id = dead_job(conn)
+    spoof = {"X-Forwarded-For": "10.9.9.9", "X-Forwarded-User": "alice"}
+    page = _as(app, "127.0.0.1", **spoof)
+    assert page.status_code == 303
+    assert page.headers["Location"].startswith("/login")
+    post = app.test_client().post(
+        "/endpoints/crm/pause",
+        data={"reason": "spoofed"},
+        headers={**spoof, "Origin": "http://localhost"},
+        environ_base={"REMOTE_ADDR": "127.0.0.1"},
+    )
+    assert post.status_code in (401, 403)
+    retry = app.test_client().post(
+        f"/jobs/{job_id}/retry", headers=spoof, environ_base={"REMOTE_ADDR": "127.0.0.1"}
+    )
+    assert retry.status_code in (401, 403)
+    # The real proxy, connecting from its own address, is believed.
+    real = _as(app, "10.1.2.3", **{"X-Forwarded-User": "alice"})
+    assert real.status_code == 200
+    assert "alice" in real.get_data(as_text=True)
+
+
+def test_a_remote_client_cannot_name_itself_a_proxy(engine: sa.Engine) -> None:
+    """Issue 12 #6: with JOBDESK_FORWARDED_ALLOW_IPS='*' any remote client's
+    `X-Forwarded-For` was believed; that second setting is gone and a wildcard refused."""
+    with pytest.raises(SettingsError, match="JOBDESK_FORWARDED_ALLOW_IPS is not a Jobdesk"):
+        env_settings(forwarded_allow_ips="*")
+    with pytest.raises(SettingsError, match="JOBDESK_TRUSTED_PROXIES"):
+        env_settings(trusted_proxies="*")
+    with pytest.raises(SettingsError, match="not an IP address or CIDR"):
+        env_settings(trusted_proxies="proxy.internal")
+    app = _sso(engine, trusted_proxies="10.0.0.0/8")
+    remote = _as(
+        app, "203.0.113.50", **{"X-Forwarded-For": "10.9.9.9", "X-Forwarded-User": "alice"}
+    )
+    assert remote.status_code == 303
+
+
+def test_trusting_everyone_with_an_sso_header_refuses_to_start(engine: sa.Engine) -> None:
+    with pytest.raises(SettingsError, match="anyone could log in as anyone"):
+        _app(engine, trusted_proxy_header="X-Forwarded-User", trusted_proxies="0.0.0.0/0")
+
+
+def test_sso_behind_a_normal_appending_proxy(engine: sa.Engine) -> None:
+    """nginx at 127.0.0.1 appends the client to X-Forwarded-For and sets the user."""
+    app = _sso(engine)  # default trusted proxies: loopback
+    page = _as(
+        app,
+        "127.0.0.1",
+        **{"X-Forwarded-For": "198.51.100.7", "X-Forwarded-User": "alice"},
+    )
+    assert page.status_code == 200
+    assert "alice" in page.get_data(as_text=True)
+    # ... and the client address is the one the proxy appended (not loopback).
+    metrics = app.test_client().get(
+        "/metrics",
+        headers={"X-Forwarded-For": "198.51.100.7"},
+        environ_base={"REMOTE_ADDR": "127.0.0.1"},
+    )
+    assert metrics.status_code == 403
+
+
+def test_a_chain_of_trusted_proxies_is_walked_from_the_right() -> None:
+    trusted = TrustedProxies(["127.0.0.1", "10.0.0.0/8"])
+    assert trusted.client("127.0.0.1", "203.0.113.1, 10.0.0.5") == "203.0.113.1"
+    assert trusted.client("127.0.0.1", "6.6.6.6, 203.0.113.1, 10.0.0.5") == "203.0.113.1"
+    assert trusted.client("203.0.113.9", "10.0.0.5") == "203.0.113.9"
+    assert trusted.client("127.0.0.1", "not-an-ip, 10.0.0.5") == "10.0.0.5"
+    assert trusted.client("::ffff:127.0.0.1", "198.51.100.7") == "198.51.100.7"
+    assert trusted.trusts("10.255.0.1")
+    assert not trusted.trusts("11.0.0.1")
+    assert not trusted.trusts("garbage")
+
+
+def test_gunicorn_trusts_the_same_networks_as_the_dashboard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [n for n in os.environ if n.startswith("JOBDESK_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("JOBDESK_TRUSTED_PROXIES", "10.1.2.3/8, 192.0.2.7, ::1")
+    spec = importlib.util.spec_from_file_location("gunicorn_conf", ROOT / "deploy/gunicorn.conf.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.forwarded_allow_ips == "10.0.0.0/8,192.0.2.7/32,::1/128"

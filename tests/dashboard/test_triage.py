@@ -123,8 +123,14 @@ def test_fix_validates_restores_masked_secrets_and_audits_a_masked_diff(
         "token": "***",
         "to": "x",
     }
+    # Moving the job keeps the stored secret only when the operator says so (issue 12
+    # #13: it used to be restored and sent to the new endpoint silently).
+    with engine.begin() as conn, pytest.raises(ValidationError, match="destination changed"):
+        triage.fix_and_retry(conn, old, edited, actor="ana", reason="moved", now=NOW)
     with engine.begin() as conn:
-        new = triage.fix_and_retry(conn, old, edited, actor="ana", reason="moved", now=NOW)
+        new = triage.fix_and_retry(
+            conn, old, edited, actor="ana", reason="moved", now=NOW, keep_secrets=True
+        )
     with engine.connect() as conn:
         fixed = job_row(conn, new)
         entry = entries_for_job(conn, old)[0]
@@ -138,7 +144,9 @@ def test_fix_validates_restores_masked_secrets_and_audits_a_masked_diff(
             "changed": {"endpoint": {"before": "crm", "after": "crm-v2"}},
             "added": {},
             "removed": {},
-        }
+        },
+        "kept_secrets": ["token"],
+        "kept_secrets_for_new_destination": True,
     }
     assert "s3cr3t" not in str(entry.details)
 
@@ -150,9 +158,10 @@ def test_secret_change_is_diffed_masked(engine: sa.Engine) -> None:
         triage.fix_and_retry(conn, old, {"report": "a", "password": "new"}, actor="ana", now=NOW)
     with engine.connect() as conn:
         entry = entries_for_job(conn, old)[0]
+    # The change is listed although masking makes both sides look alike.
     assert entry.details == {
         "diff": {
-            "changed": {"password": {"before": "***", "after": "***"}},
+            "changed": {"password": {"before": "***", "after": "***", "masked_change": True}},
             "added": {},
             "removed": {},
         }

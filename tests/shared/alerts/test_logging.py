@@ -64,3 +64,44 @@ def test_text_is_human_readable_and_masked() -> None:
     assert "job_type=webhook.deliver" in text
     assert "abcdef123456" not in text
     assert not text.lstrip().startswith("{")
+
+
+class Opaque:
+    """An object whose str() carries a secret (json.dumps(default=str) used it raw)."""
+
+    def __str__(self) -> str:
+        return "Client(url=https://api.example/x?api_key=opaque-key-999)"
+
+
+NESTED = {
+    "request": {
+        "url": "https://crm.example/hook?token=nested-token-111",
+        "headers": {"Authorization": "Bearer nested-bearer-222", "Accept": "*/*"},
+        "body": [{"password": "nested-pw-333"}, "key=nested-key-444"],
+    },
+    "auth": ("Bearer tuple-bearer-555",),
+    "client": Opaque(),
+    "oauth": {"client_secret": "cs-secret-777", "scope": "read"},
+    "api_key": "top-level-666",
+    "attempt": 3,
+}
+SECRETS = ("111", "222", "333", "444", "555", "666", "777", "999")
+
+
+def test_json_masks_nested_extras() -> None:
+    """Issue 12 #14: only top-level string extras were masked."""
+    line = JsonFormatter().format(job_record("request failed", **NESTED))
+    for secret in SECRETS:
+        assert secret not in line, secret
+    data = json.loads(line)
+    assert data["request"]["headers"]["Accept"] == "*/*"
+    assert data["request"]["headers"]["Authorization"] == "***"
+    assert data["request"]["url"] == "https://crm.example/hook?token=***"
+    assert data["attempt"] == 3
+
+
+def test_text_masks_nested_extras() -> None:
+    text = TextFormatter().format(job_record("request failed", **NESTED))
+    for secret in SECRETS:
+        assert secret not in text, secret
+    assert "attempt=3" in text
