@@ -147,6 +147,11 @@ class SlotPool:
         with self._lock:
             return list(self._running)
 
+    def earliest_deadline(self) -> float | None:
+        """The monotonic hard-timeout deadline due first among running attempts."""
+        with self._lock:
+            return min((a.deadline for a in self._running), default=None)
+
     def stop(self) -> None:
         """Let idle threads exit (busy ones finish their attempt first)."""
         with self._lock:

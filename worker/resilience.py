@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.errors import missing_schema
+
 #: Errors that mean "the database is unreachable or refused this round"; anything else
 #: is a bug and is logged with its stack, then retried the same way.
 DB_ERRORS: tuple[type[BaseException], ...] = (sa.exc.OperationalError, sa.exc.InterfaceError)
@@ -57,7 +59,16 @@ class OutageLog:
             self._down = True
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         message = detail[0] if detail else type(exc).__name__
-        if first:
+        schema = missing_schema(exc)
+        if first and schema is not None:
+            # Reachable but not migrated (often: the migration job has not run yet).
+            self._log.warning(
+                "%s: %s; retrying with backoff",
+                self._what,
+                schema,
+                extra={"action": "schema_missing", "task": self._what},
+            )
+        elif first:
             self._log.warning(
                 "%s: database unavailable (%s); retrying with backoff",
                 self._what,

@@ -61,6 +61,7 @@ from jobdesk.worker.maintenance.tasks import MaintenanceContext
 from jobdesk.worker.pool import SlotPool
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
+from jobdesk.worker.watchdog import FreezeWatchdog
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -119,8 +120,10 @@ class Runner:
         install_signals: bool = True,
         record_outcome: RecordOutcome | None = None,
         tune_gc: bool = False,
+        watchdog: FreezeWatchdog | None = None,
     ) -> None:
         self.engine = engine
+        self.watchdog = watchdog
         self.handler_engine = handler_engine or engine
         self.registry = registry
         self.config = config
@@ -208,10 +211,14 @@ class Runner:
             return self.exit_code
         if self.tune_gc:
             _tune_gc()
+        if self.watchdog is not None:
+            self.watchdog.start(self.earliest_deadline)
         try:
             self._dispatch_loop()
         finally:
             self._shutdown()
+            if self.watchdog is not None:
+                self.watchdog.stop()
         return self.exit_code
 
     def request_stop(self, *, immediate: bool = False) -> None:
@@ -426,6 +433,8 @@ class Runner:
 
     # ----------------------------------------------------------------- attempts
     def _run_attempt(self, attempt: Attempt) -> None:
+        if self.watchdog is not None:
+            self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
         if attempt.settle(outcome):
             self.completer.submit(attempt)
@@ -451,6 +460,12 @@ class Runner:
         if unblocked:
             # The next job of each finished job's group just became claimable.
             self._on_queues(sorted(unblocked))
+
+    def earliest_deadline(self) -> float | None:
+        """The monotonic hard-timeout deadline due first among running attempts (what
+        the freeze watchdog waits for, plus its grace)."""
+        deadlines = [d for p in self.pools.values() if (d := p.earliest_deadline()) is not None]
+        return min(deadlines, default=None)
 
     def held(self) -> list[Attempt]:
         with self._held_lock:

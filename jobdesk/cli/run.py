@@ -109,13 +109,15 @@ def worker(
     it. Any number of workers on any number of hosts may share one PostgreSQL database;
     exactly one of them (elected through the database) runs maintenance such as the
     reaper. Exit status: 0 after a clean shutdown, 3 when too many handler threads
-    were stuck past their timeout (restart it), 1 on a configuration error.
+    were stuck past their timeout (restart it), 1 on a configuration error or when the
+    watchdog found the process frozen (see JOBDESK_WATCHDOG_SECONDS).
     """
     from jobdesk.shared.settings import Settings
     from jobdesk.worker import logs
     from jobdesk.worker.config import RESERVED_CONNECTIONS, ConfigError, WorkerConfig
     from jobdesk.worker.registry import JobModuleError, load_modules, registry
     from jobdesk.worker.runner import Runner
+    from jobdesk.worker.watchdog import MIN_LIMIT_SECONDS, FreezeWatchdog, default_limit
 
     options = {
         "queues": queues,
@@ -164,6 +166,14 @@ def worker(
             err=True,
         )
     _check_connection_budget(engine, config.total_slots, settings)
+    watchdog_limit = settings.watchdog_seconds
+    if watchdog_limit is None:
+        watchdog_limit = default_limit(settings.lease_seconds)
+    elif 0 < watchdog_limit < MIN_LIMIT_SECONDS:
+        raise click.ClickException(
+            f"JOBDESK_WATCHDOG_SECONDS={watchdog_limit:g}: must be 0 (off) or at least "
+            f"{MIN_LIMIT_SECONDS:g} seconds"
+        )
     with _metrics(settings) as record_outcome:
         runner = Runner(
             engine,
@@ -173,6 +183,7 @@ def worker(
             handler_engine=handler_engine,
             tune_gc=True,
             record_outcome=record_outcome,
+            watchdog=FreezeWatchdog(watchdog_limit),
         )
         code = runner.run()
     engine.dispose()

@@ -115,6 +115,15 @@ class Settings:
         group=WORKER,
         shown_default="max(2, slots)",
     )
+    watchdog_seconds: float | None = setting(
+        None,
+        "a worker whose Python code has not run (a handler holding the GIL) for 5 s past a "
+        "running job's timeout, or for this long in all, prints every thread's stack and "
+        "exits 1 so its supervisor restarts it; at least 5, or 0 to turn the watchdog off",
+        group=WORKER,
+        minimum=0,
+        shown_default="max(60, 2 x lease)",
+    )
     fleet_processes: int | None = setting(
         None,
         "worker processes in the whole fleet (hosts times processes per host): a worker refuses "

@@ -5,17 +5,29 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from jobdesk import NewJob, enqueue, enqueue_many
-from jobdesk.shared.core.models import workers
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.models import workers as workers_table
+from jobdesk.shared.migrate import upgrade
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.runner import Runner
-from tests.worker.procs import Workers, all_done, attempts_of, effect_rows, job, statuses, wait_for
+from tests.worker.procs import (
+    Workers,
+    all_done,
+    attempts_of,
+    effect_rows,
+    job,
+    statuses,
+    wait_for,
+    workers,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +136,11 @@ def test_f7_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -
             enqueue_many(conn, [NewJob("t.effect", {"key": f"f7:{i}"}) for i in range(40)])
         wait_for(lambda: all_done(engine, 40), 20)
         with engine.connect() as conn:
-            rows = list(conn.execute(sa.select(workers.c.id, workers.c.host, workers.c.pid)))
+            rows = list(
+                conn.execute(
+                    sa.select(workers_table.c.id, workers_table.c.host, workers_table.c.pid)
+                )
+            )
     finally:
         for r in runners:
             r.request_stop()
@@ -134,3 +150,20 @@ def test_f7_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -
     assert len({(r.host, r.pid) for r in rows}) == 1
     assert runners[0].worker_id != runners[1].worker_id
     assert set(effects_are_unique(engine).values()) == {1}
+
+
+@pytest.mark.sqlite_only
+def test_a_worker_started_before_the_migration_says_so_and_starts_after_it(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'unmigrated.db'}"
+    with workers(url, tmp_path) as pool:
+        worker = pool.start(wait_ready=False)
+        wait_for(lambda: "schema_missing" in worker.log(), 20)
+        assert "run `jobdesk migrate`" in worker.log()
+        assert worker.alive()
+        migrating = make_engine(url)
+        upgrade(migrating)
+        migrating.dispose()
+        wait_for(lambda: "worker_started" in worker.log(), 20)
+        assert worker.stop() == 0

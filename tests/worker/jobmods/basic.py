@@ -94,3 +94,11 @@ def db_hold(payload: dict[str, Any], ctx: JobContext) -> None:
         time.sleep(float(payload.get("seconds", 0.3)))
         conn.rollback()
     _mark(ctx, {"at": time.time()})
+
+
+@job("t.hog", backoff=FAST, timeout=1)
+def hog(payload: dict[str, Any], ctx: JobContext) -> int:
+    """Holds the GIL: one C-level loop that never lets another thread run (its 1 s
+    timeout cannot fire, since the timeout check is Python code too)."""
+    _mark(ctx, {"phase": "started"})
+    return sum(range(int(payload.get("n", 10**13))))

@@ -1,0 +1,109 @@
+"""The freeze watchdog (B13): a handler holding the GIL ends its worker process, which
+its supervisor restarts; the job then goes on like after any other crash."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk import enqueue
+from jobdesk.worker.watchdog import (
+    GRACE_SECONDS,
+    MIN_LIMIT_SECONDS,
+    FreezeWatchdog,
+    default_limit,
+    limit_at,
+)
+from tests.worker.procs import JOB_MODULE, JOBDESK, Workers, attempts_of, effect_rows, job, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_frozen_worker_exits_past_the_timeout_with_every_stack_and_the_job_ends_dead(
+    engine: sa.Engine, procs: Workers
+) -> None:
+    with engine.begin() as conn:
+        hog = enqueue(conn, "t.hog", {}, max_attempts=1)  # hard timeout 1 s
+        after = enqueue(conn, "t.effect", {"key": "after-the-freeze"})
+    frozen = procs.start("--concurrency", "1")  # the limit stays at its 60 s default
+    wait_for(lambda: effect_rows(engine, f"run:{hog}:1"), 20)
+    started = time.monotonic()
+    # SIGTERM cannot reach a process whose Python code does not run.
+    frozen.signal(signal.SIGTERM)
+    assert frozen.proc.wait(30) == 1
+    # The job's 1 s timeout plus the 5 s grace, not the 60 s limit.
+    assert time.monotonic() - started < GRACE_SECONDS + 1 + 10
+    log = frozen.log()
+    assert "watchdog armed" in log
+    assert re.search(r"Timeout \(0:00:0\d(\.\d+)?\)!", log), log[-2000:]
+    assert " in hog" in log  # the frozen handler's frame, named in the dump
+    assert job(engine, hog).status == "running"
+
+    procs.start()  # what the supervisor does: a fresh worker, whose reaper steps in
+    wait_for(lambda: job(engine, hog).status == "dead", 30)
+    (attempt,) = attempts_of(engine, hog)
+    assert attempt.outcome == "lost"
+    assert "worker lost" in attempt.error
+    wait_for(lambda: job(engine, after).status == "succeeded", 30)
+
+
+def test_the_limit_caps_a_freeze_whatever_the_timeout(engine: sa.Engine, procs: Workers) -> None:
+    with engine.begin() as conn:
+        hog = enqueue(conn, "t.hog", {}, timeout=3600)
+    frozen = procs.start(env={"JOBDESK_WATCHDOG_SECONDS": "5"})
+    wait_for(lambda: effect_rows(engine, f"run:{hog}:1"), 20)
+    assert frozen.proc.wait(30) == 1
+    assert "Timeout (0:00:0" in frozen.log()
+
+
+def test_a_healthy_worker_keeps_running_past_the_limit(engine: sa.Engine, procs: Workers) -> None:
+    with engine.begin() as conn:
+        slow = enqueue(conn, "t.sleep", {"seconds": 8})
+    worker = procs.start(env={"JOBDESK_WATCHDOG_SECONDS": "5"})
+    wait_for(lambda: job(engine, slow).status == "succeeded", 30)
+    assert worker.alive()
+    assert worker.stop() == 0
+    assert "Timeout" not in worker.log()
+
+
+def test_zero_turns_the_watchdog_off_and_a_stream_without_a_descriptor_cannot_take_it() -> None:
+    assert FreezeWatchdog(0, sys.__stderr__).start(lambda: None) is False
+    assert FreezeWatchdog(5, io.StringIO()).start(lambda: None) is False
+
+
+def test_the_default_limit_is_two_leases_and_at_least_a_minute() -> None:
+    assert default_limit(30) == 60
+    assert default_limit(2) == 60
+    assert default_limit(120) == 240
+
+
+def test_the_timer_runs_to_the_earliest_timeout_plus_the_grace_within_bounds() -> None:
+    now = 1000.0
+    assert limit_at(now, None, 60) == 60
+    assert limit_at(now, now + 10, 60) == 10 + GRACE_SECONDS
+    assert limit_at(now, now + 3600, 60) == 60
+    assert limit_at(now, now - 30, 60) == MIN_LIMIT_SECONDS  # overdue: the floor
+    assert limit_at(now, None, 1) == MIN_LIMIT_SECONDS
+
+
+def test_a_limit_under_the_floor_is_refused_naming_the_setting(db_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
+    env |= {"JOBDESK_DATABASE_URL": db_url, "JOBDESK_WATCHDOG_SECONDS": "2"}
+    done = subprocess.run(
+        [str(JOBDESK), "worker", "--jobs", JOB_MODULE],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "JOBDESK_WATCHDOG_SECONDS=2: must be 0 (off) or at least 5 seconds" in done.stderr
