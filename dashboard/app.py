@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -12,7 +13,10 @@ from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.job_types import JobModuleError, load_modules
 from jobdesk.shared.settings import Settings, SettingsError
+
+log = logging.getLogger("jobdesk.dashboard")
 
 MIN_SECRET_KEY_CHARS = 32
 #: Text that marks a key copied from an example file rather than generated.
@@ -85,6 +89,20 @@ def _engines(settings: Settings, engine: sa.Engine | None) -> tuple[sa.Engine, s
     return write, write, True
 
 
+def _import_job_modules(settings: Settings) -> None:
+    """The app's job modules declare the payload checks the fix form applies
+    (`@job(validate=…)`). A module that does not import here (a worker-only dependency)
+    leaves the dashboard running without its checks, and says so."""
+    try:
+        load_modules(settings.job_modules)
+    except JobModuleError as exc:
+        log.warning(
+            "%s; the fix form will not apply that module's payload checks",
+            exc,
+            extra={"action": "job_module_unavailable"},
+        )
+
+
 def init_dashboard(
     app: Flask,
     *,
@@ -112,6 +130,7 @@ def init_dashboard(
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
     check_proxy_trust(settings)
+    _import_job_modules(settings)
     read, write, owned = _engines(settings, engine)
     app.extensions[EXTENSION_KEY] = DashboardState(
         settings=settings,

@@ -8,13 +8,17 @@ its job module enqueues into the right queue.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobdesk.shared.core import validation
-from jobdesk.shared.core.job_types import TypeDefaults, defaults_for, register_defaults
+from jobdesk.shared.core.job_types import (
+    TypeDefaults,
+    defaults_for,
+    register_defaults,
+)
+from jobdesk.shared.core.payload_checks import Check, register_payload_check
 from jobdesk.shared.core.retry import Backoff, ExponentialBackoff, RetryPolicy
 from jobdesk.shared.settings import Rate, SettingsError
 from jobdesk.worker.schedules import ScheduleSpec
@@ -123,6 +127,7 @@ def job(
     every: float | None = None,
     tz: str = "UTC",
     catch_up: bool = False,
+    validate: Check | None = None,
     target: Registry | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register `fn(payload, ctx)` as the handler of job type `name`.
@@ -135,6 +140,12 @@ def job(
     declares a schedule of the same name with an empty payload: the maintenance leader
     enqueues one job per slot; after downtime only the latest missed slot runs unless
     `catch_up=True`.
+
+    `validate=fn` checks a payload before it is enqueued or saved from the dashboard's
+    fix form: `fn(payload)` returns a list of `ValidationError(field, message)` (field
+    `payload.<key>`) or raises one (a plain ValueError names `payload`); the caller gets
+    the problems instead of a job that would fail at once. It runs in every process that
+    imported the module declaring it (the dashboard imports `JOBDESK_JOB_MODULES`).
     """
     validation.check_name("job_type", name)
     base = defaults_for(name)
@@ -171,6 +182,8 @@ def job(
         )
         if spec is not None:
             (registry if target is None else target).add_schedule(spec)
+        if validate is not None:
+            register_payload_check(name, validate)
         return fn
 
     return register
@@ -195,18 +208,3 @@ def schedule(
     )
     (registry if target is None else target).add_schedule(spec)
     return spec
-
-
-class JobModuleError(RuntimeError):
-    """A module named in JOBDESK_JOB_MODULES / --jobs could not be imported."""
-
-
-def load_modules(names: Iterable[str]) -> None:
-    """Import user job modules so their `@job` decorators run."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            raise JobModuleError(
-                f"cannot import job module {name!r}: {type(exc).__name__}: {exc}"
-            ) from exc

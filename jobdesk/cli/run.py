@@ -112,10 +112,11 @@ def worker(
     were stuck past their timeout (restart it), 1 on a configuration error or when the
     watchdog found the process frozen (see JOBDESK_WATCHDOG_SECONDS).
     """
+    from jobdesk.shared.core.job_types import JobModuleError, load_modules
     from jobdesk.shared.settings import Settings
     from jobdesk.worker import logs
     from jobdesk.worker.config import RESERVED_CONNECTIONS, ConfigError, WorkerConfig
-    from jobdesk.worker.registry import JobModuleError, load_modules, registry
+    from jobdesk.worker.registry import registry
     from jobdesk.worker.runner import Runner
     from jobdesk.worker.watchdog import MIN_LIMIT_SECONDS, FreezeWatchdog, default_limit
 

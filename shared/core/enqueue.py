@@ -21,6 +21,7 @@ from jobdesk.shared.core import validation
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.job_types import defaults_for
+from jobdesk.shared.core.payload_checks import refuse_unrunnable
 from jobdesk.shared.settings import Settings
 
 __all__ = ["NOTIFY_CHANNEL", "NewJob", "connection_of", "enqueue", "enqueue_many"]
@@ -168,7 +169,7 @@ def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
         spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
     )
     timeout = spec.timeout if spec.timeout is not None else defaults.timeout_seconds
-    return JobRow(
+    row = JobRow(
         job_type,
         queue,
         validation.serialize_payload(spec.payload, payload_limit),
@@ -179,3 +180,5 @@ def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
         validation.check_key("group_key", spec.group_key),
         None if timeout is None else validation.check_timeout(timeout),
     )
+    refuse_unrunnable(job_type, spec.payload)  # the type's own rules (@job(validate=…))
+    return row

@@ -7,6 +7,8 @@ types are declared here; `@job` in the worker registers user types the same way.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jobdesk.shared.core.models import DEFAULT_QUEUE, MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT
@@ -44,3 +46,19 @@ def defaults_for(job_type: str) -> TypeDefaults:
 
 def known_types() -> frozenset[str]:
     return frozenset(_registered)
+
+
+class JobModuleError(RuntimeError):
+    """A module named in JOBDESK_JOB_MODULES / --jobs could not be imported."""
+
+
+def load_modules(names: Iterable[str]) -> None:
+    """Import the app's job modules so their `@job` declarations (defaults, payload
+    checks, schedules, handlers) are registered in this process."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise JobModuleError(
+                f"cannot import job module {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc

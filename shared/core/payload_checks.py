@@ -2,20 +2,24 @@
 
 `check_payload(job_type, payload)` returns every problem at once as
 `ValidationError(field, message)` items (field = `payload.<path>`), so a form can show
-each next to its field. The built-in types are declared here; apps may register
-checks for their own types with `register_payload_check`. Types without a check accept
+each next to its field. The built-in types are declared here; apps declare checks for
+their own types with `@job(..., validate=fn)` (or `register_payload_check`). A check
+runs at enqueue and when an operator saves a fixed payload, in any process that has
+registered it. Types without a check accept
 any JSON object (the strict JSON rules of `jobdesk.shared.core.validation` still apply).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.validation import NAME_PATTERN
 
-Check = Callable[[Mapping[str, Any]], list[ValidationError]]
+#: A type's check: returns the problems (a list, or None when there are none) or raises
+#: ValidationError / PayloadErrors; a plain ValueError counts as a problem of `payload`.
+Check = Callable[[Mapping[str, Any]], Iterable[ValidationError] | None]
 
 _checks: dict[str, Check] = {}
 
@@ -41,7 +45,25 @@ def check_payload(job_type: str, payload: Mapping[str, Any]) -> list[ValidationE
     if not isinstance(payload, Mapping):
         return [ValidationError("payload", "must be a JSON object")]
     check = _checks.get(job_type)
-    return check(payload) if check is not None else []
+    if check is None:
+        return []
+    try:
+        found = check(payload)
+    except PayloadErrors as exc:
+        return list(exc.errors)
+    except ValidationError as exc:
+        return [exc]
+    except ValueError as exc:
+        return [ValidationError("payload", str(exc) or type(exc).__name__)]
+    return list(found or [])
+
+
+def refuse_unrunnable(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Raise PayloadErrors when the type's check finds problems (enqueue, fix & retry)."""
+    if job_type in _checks:
+        errors = check_payload(job_type, payload)
+        if errors:
+            raise PayloadErrors(errors)
 
 
 def _text(
@@ -95,8 +117,9 @@ def _check_webhook(payload: Mapping[str, Any]) -> list[ValidationError]:
             ValidationError("payload.endpoint", "must be an endpoint name (a-z 0-9 . _ -)")
         )
     errors += _text(payload, "event", required=True, max_len=200)
-    if "data" not in payload and "data_ref" not in payload:
-        errors.append(ValidationError("payload.data", "give `data` or `data_ref`"))
+    # Neither is fine (the event is sent with `{}` as its data).
+    if "data" in payload and "data_ref" in payload:
+        errors.append(ValidationError("payload.data_ref", "give `data` or `data_ref`, not both"))
     errors += _object(payload, "data_ref")
     return errors
 

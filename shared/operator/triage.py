@@ -26,7 +26,7 @@ from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationE
 from jobdesk.shared.core.json_text import check_json_numbers
 from jobdesk.shared.core.masking import MASK, mask_payload, mask_text
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
+from jobdesk.shared.core.payload_checks import PayloadErrors, refuse_unrunnable
 from jobdesk.shared.core.states import JobStatus, Resolution
 from jobdesk.shared.core.validation import DEFAULT_MAX_PAYLOAD_BYTES, serialize_payload
 from jobdesk.shared.core.worker_registry import runnable_types
@@ -294,9 +294,7 @@ def validate_fixed_payload(
     serialize_payload(payload, max_bytes)
     check_json_numbers(payload, "payload")
     assert isinstance(payload, Mapping)
-    errors = check_payload(job_type, payload)
-    if errors:
-        raise PayloadErrors(errors)
+    refuse_unrunnable(job_type, payload)
     return dict(payload)
 
 

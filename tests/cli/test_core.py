@@ -67,7 +67,7 @@ def test_migrate_enqueue_stats_round_trip(tmp_path: Path, target: str | None) ->
         tmp_path,
         "enqueue",
         "email.send",
-        "{}",
+        '{"to": "ana@example.com", "template": "welcome"}',
         "--idempotency-key",
         "welcome_email:user:42",
         url=target,

@@ -70,7 +70,12 @@ def test_connection_rollback_leaves_neither_row(engine: sa.Engine) -> None:
         def sign_up() -> None:
             with engine.begin() as conn:
                 conn.execute(sa.insert(signups).values(email="ana@example.com"))
-                enqueue(conn, "email.send", {"to": "ana@example.com"}, idempotency_key="it:rb")
+                enqueue(
+                    conn,
+                    "email.send",
+                    {"template": "welcome", "to": "ana@example.com"},
+                    idempotency_key="it:rb",
+                )
                 raise Boom  # anything failing after the enqueue
 
         with pytest.raises(Boom):
@@ -101,7 +106,12 @@ def test_session_rollback_leaves_neither_row(engine: sa.Engine) -> None:
         with Session(engine) as session:
             session.add(Signup(email="ben@example.com"))
             session.flush()
-            enqueue(session, "email.send", {"to": "ben@example.com"}, idempotency_key="it:s-rb")
+            enqueue(
+                session,
+                "email.send",
+                {"template": "welcome", "to": "ben@example.com"},
+                idempotency_key="it:s-rb",
+            )
             session.rollback()
         assert signup_count(engine) == 0
         assert jobs_with_key(engine, "it:s-rb") == []
@@ -113,7 +123,7 @@ def test_a_job_is_not_claimable_before_its_transaction_commits(engine: sa.Engine
     with app_tables(engine), Session(engine) as session:
         session.add(Signup(email="eva@example.com"))
         session.flush()
-        job_id = enqueue(session, "email.send", {"to": "eva@example.com"})
+        job_id = enqueue(session, "email.send", {"template": "welcome", "to": "eva@example.com"})
         if engine.dialect.name == "postgresql":
             # Another connection (a worker) while the app's transaction is open.
             assert claim_all(engine) == []

@@ -30,7 +30,12 @@ def _enqueue_same_key(url: str, barrier: Any, results: Any, hold: float) -> None
     try:
         barrier.wait(timeout=60)
         with engine.begin() as conn:
-            job_id = enqueue(conn, "email.send", {"pid": os.getpid()}, idempotency_key=KEY)
+            job_id = enqueue(
+                conn,
+                "email.send",
+                {"template": "welcome", "to_user_id": 1, "pid": os.getpid()},
+                idempotency_key=KEY,
+            )
             time.sleep(hold)
         results.put(("ok", job_id))
     except Exception as exc:  # reported to the parent, which fails the test

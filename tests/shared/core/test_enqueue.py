@@ -74,7 +74,7 @@ def test_rolled_back_transaction_leaves_neither_row_nor_job(
 ) -> None:
     with engine.connect() as conn:
         conn.execute(sa.text("INSERT INTO app_users VALUES (42, 'ana@example.com')"))
-        enqueue(conn, "email.send", {"to_user_id": 42})
+        enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 42})
         conn.rollback()
     assert count_jobs(engine) == 0
     assert count_users(engine, app_users) == 0
@@ -83,9 +83,11 @@ def test_rolled_back_transaction_leaves_neither_row_nor_job(
 
 def test_session_commit_and_rollback(engine: sa.Engine) -> None:
     with Session(engine) as session, session.begin():
-        kept = enqueue(session, "email.send", {"user_id": 1})
+        kept = enqueue(
+            session, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 1}
+        )
     with Session(engine) as session:
-        enqueue(session, "email.send", {"user_id": 2})
+        enqueue(session, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 2})
         session.rollback()
     with engine.connect() as conn:
         ids = list(conn.execute(sa.select(jobs.c.id)).scalars())
@@ -95,7 +97,7 @@ def test_session_commit_and_rollback(engine: sa.Engine) -> None:
 def test_exception_inside_the_transaction_rolls_the_job_back(engine: sa.Engine) -> None:
     def signup() -> None:
         with engine.begin() as conn:
-            enqueue(conn, "email.send", {"user_id": 1})
+            enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 1})
             raise RuntimeError("app failed after enqueue")
 
     with pytest.raises(RuntimeError):
@@ -106,7 +108,7 @@ def test_exception_inside_the_transaction_rolls_the_job_back(engine: sa.Engine) 
 @pytest.mark.postgresql_only
 def test_late_commit_makes_the_job_claimable_only_after_commit(engine: sa.Engine) -> None:
     with engine.connect() as app:
-        job_id = enqueue(app, "email.send", {"user_id": 1})
+        job_id = enqueue(app, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 1})
         assert claim_all(engine) == []  # another connection cannot see it yet
         app.commit()
     assert claim_all(engine) == [job_id]
@@ -119,7 +121,9 @@ def test_late_commit_is_invisible_to_readers_until_commit(engine: sa.Engine, db_
     reader = make_engine(db_url, sqlite_begin="DEFERRED")
     try:
         with engine.connect() as app:
-            job_id = enqueue(app, "email.send", {"user_id": 1})
+            job_id = enqueue(
+                app, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 1}
+            )
             assert count_jobs(reader) == 0
             app.commit()
         assert count_jobs(reader) == 1
@@ -130,17 +134,17 @@ def test_late_commit_is_invisible_to_readers_until_commit(engine: sa.Engine, db_
 
 def test_an_engine_is_refused_because_it_has_no_transaction_to_join(engine: sa.Engine) -> None:
     with pytest.raises(TypeError, match="Connection or Session"):
-        enqueue(engine, "email.send", {})  # type: ignore[arg-type]
+        enqueue(engine, "email.send", {"template": "welcome", "to_user_id": 1})  # type: ignore[arg-type]
 
 
 def test_defaults_come_from_the_job_type_and_options_override_them(engine: sa.Engine) -> None:
     run_at = datetime.now(UTC) + timedelta(hours=1)
     with engine.begin() as conn:
-        default_id = enqueue(conn, "email.send", {"a": 1})
+        default_id = enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 1, "a": 1})
         custom_id = enqueue(
             conn,
             "email.send",
-            {"a": 2},
+            {"template": "welcome", "to_user_id": 1, "a": 2},
             queue="urgent",
             priority=0,
             max_attempts=2,
@@ -189,18 +193,36 @@ def test_run_at_with_an_offset_is_stored_as_the_same_instant_in_utc(engine: sa.E
 
 def test_duplicate_key_in_the_same_transaction_returns_the_same_id(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        first = enqueue(conn, "email.send", {"n": 1}, idempotency_key="k")
-        second = enqueue(conn, "email.send", {"n": 2}, idempotency_key="k")
+        first = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1, "n": 1},
+            idempotency_key="k",
+        )
+        second = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1, "n": 2},
+            idempotency_key="k",
+        )
         assert first == second
-        assert job_row(conn, first).payload == {"n": 1}
+        assert job_row(conn, first).payload == {"template": "welcome", "to_user_id": 1, "n": 1}
     assert count_jobs(engine) == 1
 
 
 def test_key_stays_taken_after_success_and_after_dead(engine: sa.Engine) -> None:
     now = datetime.now(UTC)
     with engine.begin() as conn:
-        done_id = enqueue(conn, "email.send", {}, idempotency_key="done")
-        dead_id = enqueue(conn, "email.send", {}, idempotency_key="dead", max_attempts=1)
+        done_id = enqueue(
+            conn, "email.send", {"template": "welcome", "to_user_id": 1}, idempotency_key="done"
+        )
+        dead_id = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1},
+            idempotency_key="dead",
+            max_attempts=1,
+        )
     with engine.begin() as conn:
         claimed = {job.id: job for job in claim(conn, worker_id="w", limit=10)}
     with engine.begin() as conn:
@@ -209,8 +231,18 @@ def test_key_stays_taken_after_success_and_after_dead(engine: sa.Engine) -> None
     with engine.begin() as conn:
         assert job_row(conn, done_id).status == JobStatus.SUCCEEDED
         assert job_row(conn, dead_id).status == JobStatus.DEAD
-        assert enqueue(conn, "email.send", {}, idempotency_key="done") == done_id
-        assert enqueue(conn, "email.send", {}, idempotency_key="dead") == dead_id
+        assert (
+            enqueue(
+                conn, "email.send", {"template": "welcome", "to_user_id": 1}, idempotency_key="done"
+            )
+            == done_id
+        )
+        assert (
+            enqueue(
+                conn, "email.send", {"template": "welcome", "to_user_id": 1}, idempotency_key="dead"
+            )
+            == dead_id
+        )
     assert count_jobs(engine) == 2
 
 
@@ -224,9 +256,13 @@ def test_a_retry_copy_of_a_dead_job_does_not_take_the_key(engine: sa.Engine) -> 
 
 def test_key_is_free_again_once_its_job_is_pruned(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        old = enqueue(conn, "email.send", {}, idempotency_key="k")
+        old = enqueue(
+            conn, "email.send", {"template": "welcome", "to_user_id": 1}, idempotency_key="k"
+        )
         conn.execute(sa.delete(jobs).where(jobs.c.id == old))
-        new = enqueue(conn, "email.send", {}, idempotency_key="k")
+        new = enqueue(
+            conn, "email.send", {"template": "welcome", "to_user_id": 1}, idempotency_key="k"
+        )
     assert new != old
     assert count_jobs(engine) == 1
 
@@ -312,7 +348,15 @@ def test_readme_plain_sql_insert_is_claimable_with_defaults(engine: sa.Engine, d
     assert row.created_at is not None
     assert row.next_run_at.tzinfo is not None
     with engine.begin() as conn:
-        assert enqueue(conn, "email.send", {}, idempotency_key="welcome_email:user:42") == job.id
+        assert (
+            enqueue(
+                conn,
+                "email.send",
+                {"template": "welcome", "to_user_id": 1},
+                idempotency_key="welcome_email:user:42",
+            )
+            == job.id
+        )
 
 
 # -- NOTIFY -------------------------------------------------------------------------------
@@ -329,11 +373,11 @@ def listener(db_url: str) -> psycopg.Connection:  # type: ignore[type-arg]
 def test_notify_is_delivered_on_commit_and_not_on_rollback(engine: sa.Engine, db_url: str) -> None:
     with listener(db_url) as listen:
         with engine.connect() as conn:
-            enqueue(conn, "email.send", {})
+            enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 1})
             conn.rollback()
         assert list(listen.notifies(timeout=0.3)) == []
         with engine.connect() as conn:
-            enqueue(conn, "email.send", {})
+            enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 1})
             assert list(listen.notifies(timeout=0.2)) == []  # not before the commit
             enqueue_many(conn, [NewJob("a.b", {}, queue="q2"), NewJob("a.c", {}, queue="q2")])
             conn.commit()

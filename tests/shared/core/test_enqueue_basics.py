@@ -13,26 +13,41 @@ def count_jobs(engine: sa.Engine) -> int:
 
 def test_rolled_back_enqueue_is_never_visible(engine: sa.Engine) -> None:
     with engine.connect() as conn:
-        enqueue(conn, "email.send", {"user_id": 1})
+        enqueue(conn, "email.send", {"template": "welcome", "to_user_id": 1, "user_id": 1})
         conn.rollback()
     assert count_jobs(engine) == 0
 
 
 def test_committed_enqueue_is_visible_with_type_defaults(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        job_id = enqueue(conn, "email.send", {"user_id": 1}, idempotency_key="welcome:1")
+        job_id = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1, "user_id": 1},
+            idempotency_key="welcome:1",
+        )
     with engine.connect() as conn:
         row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one()
     assert (row.status, row.queue, row.attempts) == ("queued", "email", 0)
-    assert row.payload == {"user_id": 1}
+    assert row.payload == {"template": "welcome", "to_user_id": 1, "user_id": 1}
     assert row.next_run_at.tzinfo is not None
 
 
 def test_duplicate_idempotency_key_returns_the_existing_id(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        first = enqueue(conn, "email.send", {"user_id": 1}, idempotency_key="welcome:1")
+        first = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1, "user_id": 1},
+            idempotency_key="welcome:1",
+        )
     with engine.begin() as conn:
-        second = enqueue(conn, "email.send", {"user_id": 1}, idempotency_key="welcome:1")
+        second = enqueue(
+            conn,
+            "email.send",
+            {"template": "welcome", "to_user_id": 1, "user_id": 1},
+            idempotency_key="welcome:1",
+        )
     assert first == second
     assert count_jobs(engine) == 1
 

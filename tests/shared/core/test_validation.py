@@ -92,7 +92,8 @@ def count_jobs(engine: sa.Engine) -> int:
 
 
 def call_enqueue(conn: sa.Connection, options: dict[str, Any]) -> int:
-    args: dict[str, Any] = {"job_type": "email.send", "payload": {"user_id": 1}, **options}
+    payload = {"to_user_id": 1, "template": "welcome"}
+    args: dict[str, Any] = {"job_type": "email.send", "payload": payload, **options}
     return enqueue(conn, args.pop("job_type"), args.pop("payload"), **args)
 
 

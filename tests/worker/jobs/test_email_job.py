@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from jobdesk import enqueue
+from jobdesk import ValidationError, enqueue
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import effects, jobs
@@ -21,7 +21,7 @@ from jobdesk.worker.jobs.email import send_email
 from jobdesk.worker.jobs.email_provider import SendResult, SmtpProvider, parse_smtp_url
 from jobdesk.worker.registry import registry
 from jobdesk.worker.testing import drain
-from tests.factories import job_row
+from tests.factories import job_row, make_job
 from tests.worker.jobs.smtp_server import HangingServer, SmtpSink, free_port
 
 pytestmark = pytest.mark.usefixtures("jobs_env")
@@ -110,13 +110,33 @@ def test_to_user_id_goes_through_the_recipient_resolver(engine: sa.Engine, smtp:
 def test_bad_requests_go_dead_at_once(
     engine: sa.Engine, smtp: SmtpSink, payload: dict[str, Any], error: str
 ) -> None:
-    job_id = add(engine, payload)
+    # Rows written by plain SQL (or before a check existed) reach the handler whatever
+    # enqueue() would have refused; the handler holds the line too.
+    with engine.begin() as conn:
+        job_id = make_job(conn, job_type="email.send", queue="email", payload=payload)
     drain(engine)
     row = status(engine, job_id)
     assert row.status == "dead"
     assert row.attempts == 1
     assert error in row.last_error
     assert smtp.received == []
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"template": "welcome"}, "payload.to"),
+        ({"to": "not-an-address", "template": "welcome"}, "payload.to"),
+        ({"to": "ana@example.com"}, "payload.template"),
+        ({"to": "ana@example.com\r\nBcc: evil@example.com", "template": "welcome"}, "payload.to"),
+    ],
+)
+def test_enqueue_refuses_an_email_that_could_never_be_sent(
+    engine: sa.Engine, payload: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        add(engine, payload)
+    assert refused.value.field == field
 
 
 def test_password_reset_renders_its_link(engine: sa.Engine, smtp: SmtpSink) -> None:

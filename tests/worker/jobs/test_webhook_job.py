@@ -30,7 +30,7 @@ from jobdesk.worker.jobs import set_data_resolver
 from jobdesk.worker.jobs.webhook import deliver_webhook
 from jobdesk.worker.registry import registry
 from jobdesk.worker.testing import drain
-from tests.factories import job_row
+from tests.factories import job_row, make_job
 from tests.worker.jobs.conftest import add_test_endpoint
 from tests.worker.jobs.receiver import Receiver
 from tests.worker.jobs.smtp_server import free_port
@@ -243,7 +243,13 @@ def test_timeout_and_connection_refused_retry(engine: sa.Engine, receiver: Recei
 
 def test_unknown_endpoint_and_bad_payload_are_dead(engine: sa.Engine) -> None:
     missing = add(engine, {**EVENT, "endpoint": "nope"})
-    bad = add(engine, {"endpoint": "crm"})
+    with pytest.raises(ValidationError, match=r"payload\.event"):
+        add(engine, {"endpoint": "crm"})
+    # A row written by plain SQL skips enqueue's checks; the handler refuses it too.
+    with engine.begin() as conn:
+        bad = make_job(
+            conn, job_type="webhook.deliver", queue="webhooks", payload={"endpoint": "crm"}
+        )
     drain(engine)
     assert "unknown webhook endpoint 'nope'" in row(engine, missing).last_error
     assert "payload.event" in row(engine, bad).last_error
