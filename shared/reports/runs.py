@@ -28,11 +28,11 @@ from sqlalchemy.dialects import sqlite
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.errors import ConflictError, NotFoundError
 from jobdesk.shared.core.masking import sanitize_error
-from jobdesk.shared.operator.models import audit_log
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.reports.models import report_chunk_results, report_runs
 from jobdesk.shared.core.states import CANCELLABLE, JobStatus, Resolution, sql_values
 from jobdesk.shared.core.transitions import cancel
+from jobdesk.shared.operator.models import audit_log
+from jobdesk.shared.reports.models import report_chunk_results, report_runs
 
 RUNNING = "running"
 ASSEMBLING = "assembling"

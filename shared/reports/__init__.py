@@ -1,0 +1,1 @@
+"""Reports: definitions, fan-out runs of chunk jobs, exactly-once assembly."""
