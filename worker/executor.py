@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.claim import ClaimedJob
 from jobdesk.shared.core.db import SerializedJSON, dump_json
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
-from jobdesk.shared.limits.rate_limits import try_acquire
+from jobdesk.shared.limits.allowance import acquire
 from jobdesk.worker import failpoints
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import JobType
@@ -91,16 +91,15 @@ def execute(
     try:
         if job_type.rate_limit is not None:
             limit = job_type.rate_limit
-            now = clock()  # before BEGIN: the clock may need a connection of its own
-            with ctx.engine.begin() as conn:
-                wait = try_acquire(
-                    conn,
-                    limit.key,
-                    rate=limit.rate,
-                    per_seconds=limit.per_seconds,
-                    burst=limit.burst,
-                    now=now,
-                )
+            # From this process's allowance: a transaction only when it needs a refill.
+            wait = acquire(
+                ctx.engine,
+                limit.key,
+                rate=limit.rate,
+                per_seconds=limit.per_seconds,
+                burst=limit.burst,
+                now=clock(),
+            )
             if wait > 0:
                 return Outcome(
                     job,

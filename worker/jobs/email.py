@@ -35,6 +35,7 @@ from jobdesk.shared.core.effects import find_effect, record_effect
 from jobdesk.shared.core.errors import PermanentError
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.shared.limits.breakers import breaker_state
 from jobdesk.shared.webhooks.deliveries import delivery_origin
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.jobs.config import JobsConfig, jobs_config
@@ -223,10 +224,9 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         provider = _provider(cfg)
     except MailConfigError as exc:
         raise RuntimeError(str(exc)) from None
-    with ctx.engine.begin() as conn:
-        healthy = pass_guards(
-            conn, breaker_key=provider.key, limit=cfg.smtp_rate_limit, now=clock()
-        )
+    with ctx.engine.connect() as conn:
+        breaker = breaker_state(conn, provider.key, clock())
+    healthy = pass_guards(ctx.engine, breaker=breaker, limit=cfg.smtp_rate_limit, now=clock())
     try:
         result = provider.send(message, sender=sender, recipients=[address])
     except TransientMailError as exc:

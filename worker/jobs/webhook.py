@@ -41,6 +41,7 @@ from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.effects import find_effect, record_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
+from jobdesk.shared.limits.breakers import BreakerView, breaker_state
 from jobdesk.shared.webhooks.deliveries import delivery_origin, excerpt, record_delivery
 from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint, get_endpoint
 from jobdesk.shared.webhooks.signing import signed_headers
@@ -162,7 +163,7 @@ class Delivery:
                 record_effect(conn, self.key, job_id=self.ctx.job_id, detail=effect)
 
 
-def _hold_or_pass(delivery: Delivery) -> None:
+def _hold_or_pass(delivery: Delivery, breaker: BreakerView) -> None:
     """Snooze while the endpoint is paused, rate limited or its breaker is open."""
     endpoint, now = delivery.endpoint, delivery.clock()
     if endpoint.is_paused(now):
@@ -170,13 +171,12 @@ def _hold_or_pass(delivery: Delivery) -> None:
         if endpoint.paused_until is not None:
             wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
         raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
-    with delivery.ctx.engine.begin() as conn:
-        delivery.healthy = pass_guards(
-            conn,
-            breaker_key=delivery.breaker_key,
-            limit=delivery.cfg.webhook_rate_limit(endpoint.name),
-            now=now,
-        )
+    delivery.healthy = pass_guards(
+        delivery.ctx.engine,
+        breaker=breaker,
+        limit=delivery.cfg.webhook_rate_limit(endpoint.name),
+        now=now,
+    )
 
 
 def _response_excerpt(result: HttpResult | None) -> str | None:
@@ -216,12 +216,15 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         clock = DbTime(db_now(conn))
         key = effect_key(ctx, name, event, origin.job_id)
         done = find_effect(conn, key)
+        # Read here, with the other lookups: the guard needs no connection of its own
+        # while the breaker is closed.
+        breaker = breaker_state(conn, f"webhook:{name}", clock())
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")
     if done is not None:
         return {**done, "skipped": "already delivered"}
     delivery = Delivery(ctx, cfg, endpoint, key, webhook_id(key), clock)
-    _hold_or_pass(delivery)
+    _hold_or_pass(delivery, breaker)
 
     document = {"type": event, "timestamp": origin.created_at.isoformat(), "data": None}
     document["data"] = _data(payload, event)
