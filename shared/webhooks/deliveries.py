@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.effects import check_effect_key, record_effect
 from jobdesk.shared.core.masking import sanitize_error
@@ -162,14 +163,18 @@ def record_delivery(
         response_excerpt,
         error,
     )
+    if not is_postgresql(conn):
+        conn.execute(_INSERT, row)
+        if effect is not None:
+            record_effect(conn, effect[0], job_id=job_id, detail=effect[1])
+        return
+    # Run on psycopg's cursor: once per delivery, SQLAlchemy's layer was most of its cost.
     if effect is None:
-        conn.execute(_INSERT, row)
-    elif is_postgresql(conn):
-        key, detail = check_effect_key(effect[0]), effect[1] or {}
-        conn.execute(_INSERT_WITH_EFFECT, {**row, "effect_key": key, "effect_detail": detail})
-    else:
-        conn.execute(_INSERT, row)
-        record_effect(conn, effect[0], job_id=job_id, detail=effect[1])
+        driver_sql.execute(conn, _INSERT, row)
+        return
+    key, detail = check_effect_key(effect[0]), driver_sql.json_param(effect[1] or {})
+    params = {**row, "effect_key": key, "effect_detail": detail}
+    driver_sql.execute(conn, _INSERT_WITH_EFFECT, params)
 
 
 def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:

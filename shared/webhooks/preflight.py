@@ -4,7 +4,8 @@ An attempt needs the endpoint (URL, secrets, pause), the event's identity (the f
 job of a requeue chain), the database time, whether the effect was already recorded,
 and the endpoint's circuit breaker. Asked one by one that was five statements per
 delivery, and their Python cost was a third of a delivery's CPU; here it is one SELECT
-of the job's row outer-joined with the endpoint, breaker and effect rows.
+of the job's row outer-joined with the endpoint, breaker and effect rows, run on
+psycopg's cursor on PostgreSQL (`jobdesk.shared.core.driver_sql`).
 
 The effect key depends on the chain's first job, which is only known after the read,
 so the caller passes the key for "this job is its own origin" — true for every job
@@ -15,11 +16,13 @@ chain (`delivery_origin`) and looks the effect up under the right key.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core import driver_sql
+from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.models import effects, jobs
 from jobdesk.shared.core.sqltypes import utcnow
 from jobdesk.shared.limits.breakers import CLOSED, BreakerView
@@ -67,28 +70,32 @@ _STATEMENT = (
 )
 
 
+_NAMES = tuple(column.name for column in _STATEMENT.selected_columns)
+
+
 def preflight(
     conn: sa.Connection, *, job_id: int, endpoint: str, breaker_key: str, effect_key: str
 ) -> Preflight:
     """Everything the attempt of job `job_id` to `endpoint` must know before sending."""
-    row = (
-        conn.execute(
-            _STATEMENT,
-            {
-                "job_id": job_id,
-                "endpoint": endpoint,
-                "breaker_key": breaker_key,
-                "effect_key": effect_key,
-            },
-        )
-        .mappings()
-        .first()
-    )
-    if row is None:
+    params = {
+        "job_id": job_id,
+        "endpoint": endpoint,
+        "breaker_key": breaker_key,
+        "effect_key": effect_key,
+    }
+    if is_postgresql(conn):
+        found = driver_sql.execute(conn, _STATEMENT, params).fetchone()
+    else:
+        found = conn.execute(_STATEMENT, params).first()
+    if found is None:
         raise LookupError(f"job {job_id} not found")
-    found = None
+    row = dict(zip(_NAMES, found, strict=True))
+    for name, value in row.items():  # the cursor's datetimes carry the session's zone
+        if isinstance(value, datetime):
+            row[name] = value.astimezone(UTC)
+    endpoint_row = None
     if row["ep_id"] is not None:
-        found = Endpoint(**{name: row[f"ep_{name}"] for name in _ENDPOINT_FIELDS})
+        endpoint_row = Endpoint(**{name: row[f"ep_{name}"] for name in _ENDPOINT_FIELDS})
     origin = None
     if row["retried_from_id"] is None:
         origin = DeliveryOrigin(row["id"], row["created_at"], row["idempotency_key"])
@@ -97,4 +104,4 @@ def preflight(
     else:
         breaker = BreakerView(breaker_key, **{n: row[f"br_{n}"] for n in _BREAKER_FIELDS})
     effect = None if row["effect_id"] is None else dict(row["effect_detail"] or {})
-    return Preflight(found, origin, row["now"], effect, breaker)
+    return Preflight(endpoint_row, origin, row["now"], effect, breaker)
