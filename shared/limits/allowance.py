@@ -10,7 +10,8 @@ so rate-limited jobs do not hammer the row either.
 The limit stays shared: every token spent was first taken from the shared bucket, which
 never hands out more than `burst + rate * w` tokens in any window of `w` seconds. What
 batching adds is that a token may be spent a little after it was taken. A process holds
-at most one batch (it refills only when its allowance is empty), so
+at most one batch (when a quarter of it is left, one thread tops it up to a batch while
+the others keep spending, so slots rarely wait for the round trip), so
 
     jobs started in any window of w seconds  <=  burst + rate * w + P * B
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -50,23 +50,19 @@ def batch_size(bucket: Bucket) -> int:
     return max(1, min(MAX_BATCH, by_rate, math.floor(bucket.capacity)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    rate: float
-    per_seconds: float
-    burst: float | None
-
-
 class LocalAllowance:
     """The tokens one process holds for one key, refilled from the shared bucket."""
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._tokens = 0
         self._taken_at: datetime | None = None
         self._empty_until: datetime | None = None
-        self._shape: _Shape | None = None
+        self._shape: tuple[float, float, float | None] | None = None
+        self._batch = 1
+        self._generation = 0  # bumped when the limit changes; late refills are dropped
+        self._refilling = False
 
     @property
     def held(self) -> int:
@@ -84,41 +80,58 @@ class LocalAllowance:
     ) -> float:
         """Spend one token: 0.0 when spent, else seconds until the bucket has one again.
 
-        Only an empty allowance opens a transaction of its own (on `engine`); callers
-        must not hold a write transaction on SQLite while calling this.
+        Only a refill opens a transaction of its own (on `engine`); callers must not hold
+        a write transaction on SQLite while calling this.
         """
-        bucket = Bucket.of(rate, per_seconds, burst)
-        shape = _Shape(rate, per_seconds, burst)
-        # One thread refills while the others wait for its answer, rather than every
-        # slot queueing on the shared row at once.
-        with self._lock:
-            if shape != self._shape:  # the limit was reconfigured: start over
+        shape = (rate, per_seconds, burst)
+        with self._cond:
+            if shape != self._shape:  # first use, or the limit was reconfigured
+                self._batch = batch_size(Bucket.of(rate, per_seconds, burst))
                 self._shape, self._tokens, self._empty_until = shape, 0, None
-            if self._tokens and not self._expired(now):
-                self._tokens -= 1
-                return 0.0
-            self._tokens = 0
-            known = self._known_wait(now)
-            if known is not None:
-                return known
+                self._generation += 1
+            while True:
+                if self._tokens and not self._expired(now):
+                    self._tokens -= 1
+                    # A quarter of a batch left: this thread tops it up while the
+                    # others keep spending what is held (held never exceeds a batch).
+                    if self._refilling or not 0 < self._tokens <= self._batch // 4:
+                        return 0.0
+                    return self._refill(engine, self._batch - self._tokens, now, spent=True)
+                self._tokens = 0
+                known = self._known_wait(now)
+                if known is not None:
+                    return known
+                if not self._refilling:
+                    return self._refill(engine, self._batch, now, spent=False)
+                self._cond.wait()  # another thread is asking the bucket: use its answer
+
+    def _refill(self, engine: sa.Engine, want: int, now: datetime, *, spent: bool) -> float:
+        """Take up to `want` tokens (called holding the lock, which it drops meanwhile);
+        `spent`: the caller already has its token."""
+        assert self._shape is not None
+        rate, per_seconds, burst = self._shape
+        generation, self._refilling = self._generation, True
+        self._cond.release()
+        try:
             with engine.begin() as conn:
                 taken, wait = try_acquire_many(
-                    conn,
-                    self.key,
-                    batch_size(bucket),
-                    rate=rate,
-                    per_seconds=per_seconds,
-                    burst=burst,
-                    now=now,
+                    conn, self.key, want, rate=rate, per_seconds=per_seconds, burst=burst, now=now
                 )
-            self._taken_at = now
-            if not taken:
-                hold = min(wait, MAX_HOLD_SECONDS)
-                self._empty_until = now + timedelta(seconds=hold)
-                return wait
+        finally:
+            self._cond.acquire()
+            self._refilling = False
+            self._cond.notify_all()
+        if generation != self._generation:  # the limit changed meanwhile
+            taken = 0
+        self._taken_at = now
+        if taken:
             self._empty_until = None
-            self._tokens = taken - 1
+            self._tokens += taken if spent else taken - 1
             return 0.0
+        if spent:
+            return 0.0
+        self._empty_until = now + timedelta(seconds=min(wait, MAX_HOLD_SECONDS))
+        return wait
 
     def _known_wait(self, now: datetime) -> float | None:
         """The wait the bucket gave last time, while it still holds (no round trip)."""

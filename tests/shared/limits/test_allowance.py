@@ -3,6 +3,7 @@ that saves, and that the limit still holds across processes within the documente
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.limits import allowance
 from jobdesk.shared.limits.allowance import LocalAllowance, acquire, batch_size
+from jobdesk.shared.limits.models import rate_limits
 from jobdesk.shared.limits.rate_limits import Bucket
 from jobdesk.shared.settings import Settings
 
@@ -67,8 +69,21 @@ def test_one_statement_per_batch_not_per_token(engine: sa.Engine) -> None:
     refills = transactions(engine)
     waits = [acquire(engine, KEY, rate=1000, now=T0) for _ in range(120)]
     assert waits == [0.0] * 120
-    assert len(refills) == 3  # 50 + 50 + 50 tokens
-    assert allowance.allowance(engine, KEY).held == 30
+    # a batch of 50, then top-ups of 38 whenever a quarter (12) is left: 50 + 3 * 38
+    assert len(refills) == 4
+    assert allowance.allowance(engine, KEY).held == 50 + 3 * 38 - 120
+
+
+def test_topped_up_before_it_runs_out_and_never_above_a_batch(engine: sa.Engine) -> None:
+    refills = transactions(engine)
+    limit = LocalAllowance(KEY)
+    held = []
+    for _ in range(200):
+        assert limit.acquire(engine, rate=1000, now=T0) == 0.0
+        held.append(limit.held)
+    assert max(held) <= batch_size(Bucket.of(1000, 1, None))
+    assert min(held) >= 12  # the top-up came while a quarter of the batch was left
+    assert len(refills) == 1 + (200 - 38) // 38 + 1
 
 
 def test_an_empty_bucket_is_remembered_until_its_next_token(engine: sa.Engine) -> None:
@@ -136,3 +151,24 @@ def test_two_processes_stay_within_the_documented_bound(
         for j in range(i, len(spent)):
             window = spent[j] - start
             assert j - i + 1 <= burst + rate * window + 2 * size + 1e-9, (i, j, window)
+
+
+def test_threads_spend_exactly_what_was_taken(engine: sa.Engine) -> None:
+    limit = LocalAllowance(KEY)
+    waits: list[float] = []
+
+    def spend() -> None:
+        for _ in range(100):
+            waits.append(limit.acquire(engine, rate=1_000_000, now=T0))
+
+    threads = [threading.Thread(target=spend) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert waits == [0.0] * 800
+    with engine.connect() as conn:
+        left = conn.execute(sa.select(rate_limits.c.tokens)).scalar_one()
+    # every token spent or held was taken from the shared bucket, none twice
+    assert 1_000_000 - left == 800 + limit.held
+    assert limit.held <= allowance.MAX_BATCH
