@@ -3,6 +3,7 @@ crashes of its peers (F1, F3, F5, F8, D8) and elects one maintenance leader."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from datetime import timedelta
@@ -177,4 +178,8 @@ def test_leader_election_and_takeover(engine: sa.Engine, procs: Workers) -> None
 
 
 def worker_id(worker: Worker) -> str:
-    return str(worker.log().split("worker ", 1)[1].split(" ", 1)[0])
+    # The "worker <id> started" line: the maintenance thread may log "this worker is now
+    # the maintenance leader" before it.
+    found = re.search(r"worker (\S+) started", worker.log())
+    assert found is not None, worker.log()
+    return found.group(1)
