@@ -137,18 +137,20 @@ def serialize_payload(
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _CONTAINERS = (dict, list, tuple)
+#: Exact types JSON encoded as scalars: one set lookup skips them (most payload values).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _string_keys_only(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
     """True when every object key at every depth is a `str` (containers only visited)."""
+    items = value.values() if isinstance(value, dict) else value
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 return False
-            if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
-                return False
-        return True
-    for item in value:
+    for item in items:
+        if type(item) in _SCALARS:
+            continue
         if isinstance(item, _CONTAINERS) and not _string_keys_only(item):
             return False
     return True
