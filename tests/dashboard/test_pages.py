@@ -3,7 +3,7 @@ detail (attempts, lineage, group lane, deliveries, audit), dead-letter groups.""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -15,11 +15,12 @@ from tests.factories import make_job
 
 
 def test_overview_counts_ages_trend_and_fragment(viewer: Browser, engine: sa.Engine) -> None:
+    # Due ten minutes before now, not before NOW: the suite may import this module minutes
+    # before the test runs, and the page shows the age in minutes.
+    due = datetime.now(UTC) - timedelta(minutes=10)
     with engine.begin() as conn:
         for _ in range(3):
-            make_job(
-                conn, job_type="email.send", queue="email", next_run_at=NOW - timedelta(minutes=10)
-            )
+            make_job(conn, job_type="email.send", queue="email", next_run_at=due)
         dead_job(conn, finished_at=NOW - timedelta(hours=2))
         make_job(conn, job_type="email.send", queue="email", status="succeeded")
     page = viewer.get("/")
