@@ -7,6 +7,7 @@ gives Alembic and the schema tests the complete picture.
 from __future__ import annotations
 
 from jobdesk.shared.alerts import models as _alerts
+from jobdesk.shared.core import job_counts as _job_counts
 from jobdesk.shared.core.models import metadata
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
@@ -16,4 +17,4 @@ from jobdesk.shared.webhooks import models as _webhooks
 __all__ = ["metadata"]
 
 # Imported for their side effect: each module registers its tables on `metadata`.
-_TABLE_MODULES = (_alerts, _limits, _operator, _reports, _webhooks)
+_TABLE_MODULES = (_alerts, _job_counts, _limits, _operator, _reports, _webhooks)

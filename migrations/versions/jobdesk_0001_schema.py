@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import jobdesk.shared.core.sqltypes
+from jobdesk.shared.core import job_counts
 
 revision: str = "jobdesk_0001"
 down_revision: str | None = None
@@ -316,6 +317,7 @@ def upgrade() -> None:
             sqlite_where=sa.text("status = 'running'"),
         )
 
+    _create_counting(postgresql)
     op.create_table(
         "jobdesk_leases",
         sa.Column("name", sa.String(length=100), nullable=False),
@@ -593,6 +595,39 @@ def upgrade() -> None:
         )
 
 
+def _create_counting(postgresql: bool) -> None:
+    """What the operator's counts read instead of every job: the counts table (kept by
+    triggers on PostgreSQL)."""
+    op.create_table(
+        "jobdesk_job_counts",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.Identity(always=True),
+            nullable=False,
+        ),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("resolved", sa.Boolean(), nullable=False),
+        sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
+        sa.Column("n", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_counts")),
+    )
+    if postgresql:
+        # Statement-level triggers keep jobdesk_job_counts (see jobdesk.shared.core.job_counts).
+        for statement in job_counts.POSTGRESQL_DDL:
+            op.execute(statement)
+
+
+def _drop_counting() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for name in ("inserted", "updated", "deleted", "truncated"):
+            op.execute(f"DROP TRIGGER IF EXISTS jobdesk_job_counts_{name} ON jobdesk_jobs")
+            op.execute(f"DROP FUNCTION IF EXISTS jobdesk_job_counts_{name}()")
+    op.drop_table("jobdesk_job_counts")
+
+
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.drop_index("ix_jobdesk_job_attempts_error_trgm", table_name="jobdesk_job_attempts")
@@ -618,6 +653,7 @@ def downgrade() -> None:
     op.drop_table("jobdesk_rate_limits")
     op.drop_table("jobdesk_operators")
     op.drop_table("jobdesk_leases")
+    _drop_counting()
     with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
         batch_op.drop_index(
             "uq_jobdesk_jobs_running_group_key",

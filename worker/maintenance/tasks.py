@@ -17,7 +17,13 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from jobdesk.shared.settings import Settings
-from jobdesk.worker.maintenance import alerter, pruner, reaper, worker_pruner
+from jobdesk.worker.maintenance import (
+    alerter,
+    counts_compactor,
+    pruner,
+    reaper,
+    worker_pruner,
+)
 
 
 @dataclass(frozen=True)
@@ -32,4 +38,7 @@ TASKS: list[MaintenanceTask] = [
     MaintenanceTask("worker_pruner", worker_pruner.interval_seconds, worker_pruner.run_once),
     MaintenanceTask("alerter", alerter.interval_seconds, alerter.run_once),
     MaintenanceTask("pruner", pruner.interval_seconds, pruner.run_once),
+    MaintenanceTask(
+        "counts_compactor", counts_compactor.interval_seconds, counts_compactor.run_once
+    ),
 ]
