@@ -597,7 +597,22 @@ def upgrade() -> None:
 
 def _create_counting(postgresql: bool) -> None:
     """What the operator's counts read instead of every job: the counts table (kept by
-    triggers on PostgreSQL)."""
+    triggers on PostgreSQL) and two small partial indexes probed once per group/queue."""
+    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_jobdesk_jobs_dead_unresolved_newest",
+            ["error_fingerprint", "job_type", "id"],
+            unique=False,
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        )
+        batch_op.create_index(
+            "ix_jobdesk_jobs_queued_since",
+            ["queue", "next_run_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'queued'"),
+            sqlite_where=sa.text("status = 'queued'"),
+        )
     op.create_table(
         "jobdesk_job_counts",
         sa.Column(
@@ -626,6 +641,17 @@ def _drop_counting() -> None:
             op.execute(f"DROP TRIGGER IF EXISTS jobdesk_job_counts_{name} ON jobdesk_jobs")
             op.execute(f"DROP FUNCTION IF EXISTS jobdesk_job_counts_{name}()")
     op.drop_table("jobdesk_job_counts")
+    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
+        batch_op.drop_index(
+            "ix_jobdesk_jobs_queued_since",
+            postgresql_where=sa.text("status = 'queued'"),
+            sqlite_where=sa.text("status = 'queued'"),
+        )
+        batch_op.drop_index(
+            "ix_jobdesk_jobs_dead_unresolved_newest",
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        )
 
 
 def downgrade() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,9 +16,12 @@ from jobdesk import NewJob, PermanentError, enqueue, enqueue_many
 from jobdesk.shared.core import job_counts
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.core.transitions import cancel
-from jobdesk.shared.operator import dead_letters
+from jobdesk.shared.operator import dead_letters, stats
+from jobdesk.shared.operator.filters import JobFilters
 from jobdesk.shared.operator.triage import ignore_dead, retry_dead
 from jobdesk.shared.retention.pruning import prune_jobs_batch
 from jobdesk.shared.schema import metadata
@@ -117,8 +120,8 @@ def test_counts_stay_exact_through_every_kind_of_write(engine: sa.Engine) -> Non
         conn.rollback()
     assert_exact(engine)
     with engine.begin() as conn:
-        prune_jobs_batch(conn, dead_letters.JobStatus.SUCCEEDED, now + timedelta(days=1))
-        prune_jobs_batch(conn, dead_letters.JobStatus.DEAD, now + timedelta(days=1))
+        prune_jobs_batch(conn, JobStatus.SUCCEEDED, now + timedelta(days=1))
+        prune_jobs_batch(conn, JobStatus.DEAD, now + timedelta(days=1))
         conn.execute(sa.delete(jobs).where(jobs.c.queue == "other"))
     assert_exact(engine)
     with engine.begin() as conn:
@@ -201,3 +204,64 @@ def test_create_all_installs_the_triggers_too(pg_url: str) -> None:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def dead(conn: sa.Connection, error: str, job_type: str, minutes_ago: int) -> int:
+    return make_job(
+        conn,
+        job_type=job_type,
+        queue="q",
+        status="dead",
+        attempts=1,
+        last_error=error,
+        error_fingerprint=fingerprint(error),
+        finished_at=NOW - timedelta(minutes=minutes_ago),
+    )
+
+
+def test_readers_answer_as_the_direct_queries(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        for i in range(6):
+            dead(conn, f"HTTP 503 from crm (request {i})", "webhook.deliver", 10 + i)
+        dead(conn, "HTTP 503 from crm (request 99)", "email.send", 3)
+        ignored = dead(conn, "KeyError: 'id'", "email.send", 5)
+        dead(conn, "KeyError: 'id'", "email.send", 7)
+        make_job(  # a dead job without an error: the group without a fingerprint
+            conn, job_type="email.send", queue="q", status="dead", attempts=1, finished_at=NOW
+        )
+        make_job(conn, job_type="c.ok", queue="q", next_run_at=NOW - timedelta(minutes=3))
+        make_job(
+            conn,
+            job_type="c.ok",
+            queue="q",
+            status="failed",
+            attempts=1,
+            next_run_at=NOW - timedelta(hours=2),
+        )
+        make_job(conn, job_type="c.ok", queue="r", next_run_at=NOW + timedelta(hours=1))
+        ignore_dead(conn, ignored, actor="ada", reason="known", now=NOW)
+    everything = JobFilters(since=NOW - timedelta(days=365), time_field="finished")
+    with engine.connect() as conn:
+        summary = dead_letters.dead_groups(conn, JobFilters(), now=NOW)
+        scanned = dead_letters.dead_groups(conn, everything, now=NOW)  # the grouping scan
+        assert summary == scanned
+        assert summary.total_jobs == 9
+        assert [g.count for g in summary.groups] == [7, 1, 1]
+        assert summary.groups[0].types == {"webhook.deliver": 6, "email.send": 1}
+        assert summary.groups[0].first_seen == NOW - timedelta(minutes=15)
+        assert summary.groups[0].last_seen == NOW - timedelta(minutes=3)
+        assert dead_letters.unresolved_dead_count(conn) == 9
+        assert stats.oldest_queued_age_by_queue(conn, NOW) == {"q": 180.0}
+        assert {
+            (r.status, r.queue, r.job_type): r.count
+            for r in stats.counts_by_status_queue_type(conn)
+        } == {
+            ("dead", "q", "webhook.deliver"): 6,
+            ("dead", "q", "email.send"): 4,
+            ("queued", "q", "c.ok"): 1,
+            ("failed", "q", "c.ok"): 1,
+            ("queued", "r", "c.ok"): 1,
+        }
