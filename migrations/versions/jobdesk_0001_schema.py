@@ -597,21 +597,22 @@ def upgrade() -> None:
 
 def _create_counting(postgresql: bool) -> None:
     """What the operator's counts read instead of every job: the counts table (kept by
-    triggers on PostgreSQL) and two small partial indexes probed once per group/queue."""
-    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
-        batch_op.create_index(
+    triggers on PostgreSQL) and, on PostgreSQL, two small partial indexes probed once per
+    dead-letter group / queue."""
+    if postgresql:
+        op.create_index(
             "ix_jobdesk_jobs_dead_unresolved_newest",
+            "jobdesk_jobs",
             ["error_fingerprint", "job_type", "id"],
             unique=False,
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
-            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         )
-        batch_op.create_index(
+        op.create_index(
             "ix_jobdesk_jobs_queued_since",
+            "jobdesk_jobs",
             ["queue", "next_run_at"],
             unique=False,
             postgresql_where=sa.text("status = 'queued'"),
-            sqlite_where=sa.text("status = 'queued'"),
         )
     op.create_table(
         "jobdesk_job_counts",
@@ -641,17 +642,9 @@ def _drop_counting() -> None:
             op.execute(f"DROP TRIGGER IF EXISTS jobdesk_job_counts_{name} ON jobdesk_jobs")
             op.execute(f"DROP FUNCTION IF EXISTS jobdesk_job_counts_{name}()")
     op.drop_table("jobdesk_job_counts")
-    with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
-        batch_op.drop_index(
-            "ix_jobdesk_jobs_queued_since",
-            postgresql_where=sa.text("status = 'queued'"),
-            sqlite_where=sa.text("status = 'queued'"),
-        )
-        batch_op.drop_index(
-            "ix_jobdesk_jobs_dead_unresolved_newest",
-            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
-            sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
-        )
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_jobdesk_jobs_queued_since", table_name="jobdesk_jobs")
+        op.drop_index("ix_jobdesk_jobs_dead_unresolved_newest", table_name="jobdesk_jobs")
 
 
 def downgrade() -> None:
