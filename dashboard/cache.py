@@ -1,10 +1,11 @@
 """A tiny single-flight time-to-live cache for expensive read-only aggregates.
 
-The overview's counts scan an index entry per job (a million jobs: a few hundred
-milliseconds). Every open overview polls every few seconds, so without a cache N
-operators cost N scans per interval; with it each dashboard process computes the
-aggregate at most once per TTL, and concurrent requests wait for that one computation
-instead of starting their own. The page shows the time the numbers are from.
+On SQLite the overview's counts scan an index entry per job; on PostgreSQL they are a
+few hundred rows of `jobdesk_job_counts`, but still several statements. Every open
+overview polls every few seconds, so without a cache N operators cost N computations per
+interval; with it each dashboard process computes the aggregate at most once per TTL,
+and concurrent requests wait for that one computation instead of starting their own.
+The page shows the time the numbers are from.
 """
 
 from __future__ import annotations

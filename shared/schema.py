@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from jobdesk.shared.alerts import models as _alerts
 from jobdesk.shared.core import audit as _audit
+from jobdesk.shared.core import job_counts as _job_counts
 from jobdesk.shared.core.models import metadata
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
@@ -22,6 +23,7 @@ __all__ = ["metadata"]
 _TABLE_MODULES = (
     _alerts,
     _audit,
+    _job_counts,
     _limits,
     _operator,
     _reports,

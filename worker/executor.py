@@ -28,7 +28,7 @@ from jobdesk.shared.core.claim import ClaimedJob
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
 from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.validation import serialize_document
-from jobdesk.shared.limits.rate_limits import try_acquire
+from jobdesk.shared.limits.allowance import acquire
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 from jobdesk.worker.context import JobContext
@@ -103,16 +103,15 @@ def execute(
     try:
         if job_type.rate_limit is not None:
             limit = job_type.rate_limit
-            now = clock()  # before BEGIN: the clock may need a connection of its own
-            with ctx.engine.begin() as conn:
-                wait = try_acquire(
-                    conn,
-                    limit.key,
-                    rate=limit.rate,
-                    per_seconds=limit.per_seconds,
-                    burst=limit.burst,
-                    now=now,
-                )
+            # From this process's allowance: a transaction only when it needs a refill.
+            wait = acquire(
+                ctx.engine,
+                limit.key,
+                rate=limit.rate,
+                per_seconds=limit.per_seconds,
+                burst=limit.burst,
+                now=clock(),
+            )
             if wait > 0:
                 return Outcome(
                     job,

@@ -31,7 +31,8 @@ STATUS_ORDER = [str(s) for s in JobStatus]
 
 
 def _job_aggregates() -> dict[str, Any]:
-    """The expensive part (one index entry per job), cached per process for a few seconds."""
+    """The job aggregates (on SQLite one index entry per job), cached per process for a
+    few seconds."""
     with db.read() as conn:
         now = db.now(conn)
         return {

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import jobdesk.shared.core.sqltypes
+from jobdesk.shared.core import job_counts
 
 revision: str = "jobdesk_0001"
 down_revision: str | None = None
@@ -323,6 +324,7 @@ def upgrade() -> None:
             sqlite_where=sa.text("status = 'running' AND group_key IS NOT NULL"),
         )
 
+    _create_counting(postgresql)
     op.create_table(
         "jobdesk_leases",
         sa.Column("name", sa.String(length=100), nullable=False),
@@ -700,6 +702,58 @@ def upgrade() -> None:
         )
 
 
+def _create_counting(postgresql: bool) -> None:
+    """What the operator's counts read instead of every job: the counts table (kept by
+    triggers on PostgreSQL) and, on PostgreSQL, two small partial indexes probed once per
+    dead-letter group / queue."""
+    if postgresql:
+        op.create_index(
+            "ix_jobdesk_jobs_dead_unresolved_newest",
+            "jobdesk_jobs",
+            ["error_fingerprint", "job_type", "id"],
+            unique=False,
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        )
+        op.create_index(
+            "ix_jobdesk_jobs_queued_since",
+            "jobdesk_jobs",
+            ["queue", "next_run_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'queued'"),
+        )
+    op.create_table(
+        "jobdesk_job_counts",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.Identity(always=True),
+            nullable=False,
+        ),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("resolved", sa.Boolean(), nullable=False),
+        sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
+        sa.Column("n", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_counts")),
+    )
+    if postgresql:
+        # Statement-level triggers keep jobdesk_job_counts (see jobdesk.shared.core.job_counts).
+        for statement in job_counts.POSTGRESQL_DDL:
+            op.execute(statement)
+
+
+def _drop_counting() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for name in ("inserted", "updated", "deleted", "truncated"):
+            op.execute(f"DROP TRIGGER IF EXISTS jobdesk_job_counts_{name} ON jobdesk_jobs")
+            op.execute(f"DROP FUNCTION IF EXISTS jobdesk_job_counts_{name}()")
+    op.drop_table("jobdesk_job_counts")
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_jobdesk_jobs_queued_since", table_name="jobdesk_jobs")
+        op.drop_index("ix_jobdesk_jobs_dead_unresolved_newest", table_name="jobdesk_jobs")
+
+
 def downgrade() -> None:
     op.drop_table("jobdesk_job_tombstones")
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
@@ -729,6 +783,7 @@ def downgrade() -> None:
     op.drop_table("jobdesk_rate_limits")
     op.drop_table("jobdesk_operators")
     op.drop_table("jobdesk_leases")
+    _drop_counting()
     with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:
         batch_op.drop_index(
             "uq_jobdesk_jobs_running_group_key",

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session
@@ -119,10 +119,15 @@ def enqueue_many(
     conn = connection_of(bind)
     limit = max_payload_bytes or _configured_payload_limit()
     rows: list[JobRow] = []
+    previous: tuple[NewJob, _Options] | None = None
     for index, item in enumerate(new_jobs):
         spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index)
         try:
-            rows.append(_row_for(spec, limit))
+            # A batch mostly repeats one type with the same options: options that are
+            # the very same objects as the previous job's were checked already.
+            options = _same_options(spec, previous) or _options_for(spec)
+            previous = (spec, options)
+            rows.append(_row_for(spec, limit, options))
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     return insert_rows(conn, rows)
@@ -158,7 +163,15 @@ def _spec_from_mapping(item: object, index: int) -> NewJob:
     return NewJob(**item)
 
 
-def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
+class _Options(NamedTuple):
+    job_type: str
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+
+
+def _options_for(spec: NewJob) -> _Options:
     job_type = validation.check_name("job_type", spec.job_type)
     defaults = defaults_for(job_type)
     queue = validation.check_name("queue", spec.queue if spec.queue is not None else defaults.queue)
@@ -169,16 +182,42 @@ def _row_for(spec: NewJob, payload_limit: int) -> JobRow:
         spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
     )
     timeout = spec.timeout if spec.timeout is not None else defaults.timeout_seconds
-    row = JobRow(
+    return _Options(
         job_type,
         queue,
-        validation.serialize_payload(spec.payload, payload_limit),
         priority,
         max_attempts,
+        None if timeout is None else validation.check_timeout(timeout),
+    )
+
+
+def _same_options(spec: NewJob, previous: tuple[NewJob, _Options] | None) -> _Options | None:
+    # Identity, not equality: True == 1 and 1.0 == 1, but only the int is valid.
+    if previous is None:
+        return None
+    last, options = previous
+    same = (
+        spec.job_type is last.job_type
+        and spec.queue is last.queue
+        and spec.priority is last.priority
+        and spec.max_attempts is last.max_attempts
+        and spec.timeout is last.timeout
+    )
+    return options if same else None
+
+
+def _row_for(spec: NewJob, payload_limit: int, options: _Options | None = None) -> JobRow:
+    options = options or _options_for(spec)
+    row = JobRow(
+        options.job_type,
+        options.queue,
+        validation.serialize_payload(spec.payload, payload_limit),
+        options.priority,
+        options.max_attempts,
         None if spec.run_at is None else validation.check_run_at(spec.run_at),
         validation.check_key("idempotency_key", spec.idempotency_key),
         validation.check_key("group_key", spec.group_key),
-        None if timeout is None else validation.check_timeout(timeout),
+        options.timeout,
     )
-    refuse_unrunnable(job_type, spec.payload)  # the type's own rules (@job(validate=…))
+    refuse_unrunnable(options.job_type, spec.payload)  # the type's rules (@job(validate=…))
     return row

@@ -87,6 +87,7 @@ FROM ins, wake
 _SQLITE_NOW = str(utcnow().compile(dialect=sqlite.dialect()))
 _SQLITE_VALUES = f"(?, ?, ?, ?, ?, COALESCE(?, {_SQLITE_NOW}), ?, ?, ?)"
 _SQLITE_CHUNK_ROWS = 500
+_RUN_AT = JobRow._fields.index("run_at")
 _sqlite_statements: dict[int, str] = {}
 
 
@@ -153,13 +154,13 @@ def _insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int]
     returned: list[tuple[int, str | None]] = []
     for start in range(0, len(rows), _SQLITE_CHUNK_ROWS):
         chunk = rows[start : start + _SQLITE_CHUNK_ROWS]
-        params = [
-            value.strftime(SQLITE_TIMESTAMP_FORMAT) if isinstance(value, datetime) else value
-            for row in chunk
-            for value in row
-        ]
+        params: list[object] = []
+        for row in chunk:
+            params += row
+            if row.run_at is not None:  # the only datetime: SQLite stores UTC text
+                params[_RUN_AT - len(row)] = row.run_at.strftime(SQLITE_TIMESTAMP_FORMAT)
         result = conn.exec_driver_sql(_sqlite_statement(len(chunk)), tuple(params))
-        returned += [(row[0], row[1]) for row in result]
+        returned += [(job_id, key) for job_id, key in result.all()]
     unkeyed = sorted(job_id for job_id, key in returned if key is None)
     return unkeyed, {key: job_id for job_id, key in returned if key is not None}
 

@@ -202,6 +202,26 @@ class Job(Base):
             postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
             sqlite_where=sa.text("status = 'dead' AND resolution IS NULL"),
         ),
+        # PostgreSQL only, for the probes that replace counting there (see job_counts);
+        # SQLite keeps its grouping queries, and its planner took the first of these for
+        # the dead-letter grouping, which then read the table (7 -> 40 ms at 200k jobs).
+        # The newest job of each dead-letter group: one probe per group, not a count of it.
+        sa.Index(
+            "ix_jobdesk_jobs_dead_unresolved_newest",
+            "error_fingerprint",
+            "job_type",
+            "id",
+            postgresql_where=sa.text("status = 'dead' AND resolution IS NULL"),
+        ).ddl_if(dialect="postgresql"),
+        # The oldest due job of each queue (the overview's "oldest queued age") in one
+        # probe per queue; the claim index has the priority in between and the retrying
+        # (failed) jobs, which a walk in it would have to step over one by one.
+        sa.Index(
+            "ix_jobdesk_jobs_queued_since",
+            "queue",
+            "next_run_at",
+            postgresql_where=sa.text("status = 'queued'"),
+        ).ddl_if(dialect="postgresql"),
         sa.Index(
             "ix_jobdesk_jobs_last_error_trgm",
             "last_error",

@@ -156,6 +156,8 @@ def serialize_document(field: str, document: object, max_bytes: int) -> Serializ
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _CONTAINERS = (dict, list, tuple)
+#: Exact types JSON encoded as scalars: one set lookup skips them (most payload values).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _shape_ok(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> bool:
@@ -163,14 +165,14 @@ def _shape_ok(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -
     than `MAX_DEPTH` (containers only are visited, so this stays cheap)."""
     if depth > MAX_DEPTH:
         return False
+    items = value.values() if isinstance(value, dict) else value
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 return False
-            if isinstance(item, _CONTAINERS) and not _shape_ok(item, depth + 1):
-                return False
-        return True
-    for item in value:
+    for item in items:
+        if type(item) in _SCALARS:
+            continue
         if isinstance(item, _CONTAINERS) and not _shape_ok(item, depth + 1):
             return False
     return True

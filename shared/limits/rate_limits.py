@@ -2,17 +2,21 @@
 `rate_limits` table, so every worker process on every host draws from the same bucket.
 
 A bucket holds at most `burst` tokens (default: `rate`, at least 1) and refills at
-`rate / per_seconds` tokens a second. `try_acquire` takes one token and returns 0.0, or
-takes nothing and returns how long until a token will be there; the worker then
-snoozes the job for that long without counting an attempt.
+`rate / per_seconds` tokens a second. `try_acquire_many` takes up to `want` whole tokens
+(as many as are there, at least one) and says how many, or takes nothing and returns
+how long until a token will be there; `try_acquire` is the one-token case. The worker
+snoozes a job that got no token for that long without counting an attempt. Workers do
+not come here per job: `jobdesk.shared.limits.allowance` takes tokens in batches and
+spends them locally, so this row is written once per batch, not once per delivery.
 
-Atomicity: on PostgreSQL one upsert reads, refills and decrements the row under its
-row lock; on SQLite the caller's transaction began with `BEGIN IMMEDIATE`, so the
-read-modify-write below runs as the only writer.
+Atomicity: on PostgreSQL one statement locks, refills and decrements the row (a
+statement that takes nothing writes nothing); on SQLite the caller's transaction began
+with `BEGIN IMMEDIATE`, so the read-modify-write below runs as the only writer.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -66,61 +70,123 @@ def try_acquire(
     now: datetime,
 ) -> float:
     """Take one token from `key`'s bucket: 0.0 when taken, else seconds until one is due."""
+    _, wait = try_acquire_many(
+        conn, key, 1, rate=rate, per_seconds=per_seconds, burst=burst, now=now
+    )
+    return wait
+
+
+def try_acquire_many(
+    conn: sa.Connection,
+    key: str,
+    want: int,
+    *,
+    rate: float,
+    per_seconds: float = 1.0,
+    burst: float | None = None,
+    now: datetime,
+) -> tuple[int, float]:
+    """Take up to `want` tokens from `key`'s bucket (all whole tokens there, if fewer).
+
+    Returns `(taken, 0.0)` with `taken >= 1`, or `(0, seconds until one token is due)`.
+    """
+    if want < 1:
+        raise ValueError("want must be >= 1")
     bucket = Bucket.of(rate, per_seconds, burst)
     _check_key(key)
     if is_postgresql(conn):
-        return _acquire_postgresql(conn, key, bucket, now)
-    return _acquire_sqlite(conn, key, bucket, now)
+        return _acquire_postgresql(conn, key, want, bucket, now)
+    return _acquire_sqlite(conn, key, want, bucket, now)
 
 
-_PG_ACQUIRE = sa.text(
+# The row is locked first (FOR UPDATE in the CTE) so the level it computes is the
+# newest one, and the UPDATE writes only when at least one whole token is there. The
+# refilled level and the number taken are returned because RETURNING sees only the new
+# row, from which the number taken cannot be told apart from a fractional remainder.
+_PG_TAKE = sa.text(
     """
-    INSERT INTO jobdesk_rate_limits AS b (key, tokens, updated_at)
-    VALUES (:key, :capacity - 1, :now)
-    ON CONFLICT (key) DO UPDATE
-       SET tokens = LEAST(:capacity, b.tokens + GREATEST(0, EXTRACT(EPOCH FROM
-                      (CAST(:now AS timestamptz) - b.updated_at))) * :refill) - 1,
+    WITH current AS (
+        SELECT key, LEAST(:capacity, tokens + GREATEST(0, EXTRACT(EPOCH FROM
+                   (CAST(:now AS timestamptz) - updated_at))) * :refill) AS level
+          FROM jobdesk_rate_limits
+         WHERE key = :key
+           FOR UPDATE
+    ), take AS (
+        SELECT key, level, LEAST(:want, FLOOR(level)) AS n FROM current
+    )
+    UPDATE jobdesk_rate_limits AS b
+       SET tokens = take.level - take.n,
            updated_at = GREATEST(b.updated_at, CAST(:now AS timestamptz))
-     WHERE LEAST(:capacity, b.tokens + GREATEST(0, EXTRACT(EPOCH FROM
-                      (CAST(:now AS timestamptz) - b.updated_at))) * :refill) >= 1
+      FROM take
+     WHERE b.key = take.key AND take.n >= 1
+    RETURNING take.n
+    """
+)
+# A bucket seen for the first time starts full; a concurrent first taker makes this a
+# no-op, and the caller then takes from the row that one created.
+_PG_CREATE = sa.text(
+    """
+    INSERT INTO jobdesk_rate_limits (key, tokens, updated_at)
+    VALUES (:key, :capacity - :n, :now)
+    ON CONFLICT (key) DO NOTHING
     RETURNING tokens
     """
 )
 
 
-def _acquire_postgresql(conn: sa.Connection, key: str, bucket: Bucket, now: datetime) -> float:
+def _first_take(bucket: Bucket, want: int) -> int:
+    return min(want, math.floor(bucket.capacity))
+
+
+def _acquire_postgresql(
+    conn: sa.Connection, key: str, want: int, bucket: Bucket, now: datetime
+) -> tuple[int, float]:
+    now_param = sa.bindparam("now", now, type_=UTCDateTime())
     params = {
         "key": key,
+        "want": want,
         "capacity": bucket.capacity,
         "refill": bucket.refill_per_second,
     }
-    statement = _PG_ACQUIRE.bindparams(sa.bindparam("now", now, type_=UTCDateTime()))
-    if conn.execute(statement, params).first() is not None:
-        return 0.0
+    take = _PG_TAKE.bindparams(now_param)
+    taken = conn.execute(take, params).scalar()
+    if taken is not None:
+        return int(taken), 0.0
+    first = _first_take(bucket, want)
+    created = _PG_CREATE.bindparams(now_param)
+    if conn.execute(created, {**params, "n": first}).first() is not None:
+        return first, 0.0
+    taken = conn.execute(take, params).scalar()  # someone else created it meanwhile
+    if taken is not None:
+        return int(taken), 0.0
     # Empty bucket: nothing was written; read the level to say how long to wait.
     row = conn.execute(sa.select(_rl.tokens, _rl.updated_at).where(_rl.key == key)).first()
     if row is None:
-        return MIN_WAIT_SECONDS
+        return 0, MIN_WAIT_SECONDS
     level = bucket.level(row.tokens, (now - row.updated_at).total_seconds())
-    return bucket.wait_for_one(level)
+    return 0, bucket.wait_for_one(level)
 
 
-def _acquire_sqlite(conn: sa.Connection, key: str, bucket: Bucket, now: datetime) -> float:
+def _acquire_sqlite(
+    conn: sa.Connection, key: str, want: int, bucket: Bucket, now: datetime
+) -> tuple[int, float]:
     row = conn.execute(sa.select(_rl.tokens, _rl.updated_at).where(_rl.key == key)).first()
     if row is None:
+        first = _first_take(bucket, want)
         conn.execute(
-            sa.insert(rate_limits).values(key=key, tokens=bucket.capacity - 1, updated_at=now)
+            sa.insert(rate_limits).values(key=key, tokens=bucket.capacity - first, updated_at=now)
         )
-        return 0.0
+        return first, 0.0
     level = bucket.level(row.tokens, (now - row.updated_at).total_seconds())
     if level < 1.0:
-        return bucket.wait_for_one(level)
+        return 0, bucket.wait_for_one(level)
+    taken = min(want, math.floor(level))
     conn.execute(
         sa.update(rate_limits)
         .where(_rl.key == key)
-        .values(tokens=level - 1.0, updated_at=max(now, row.updated_at))
+        .values(tokens=level - taken, updated_at=max(now, row.updated_at))
     )
-    return 0.0
+    return taken, 0.0
 
 
 def reset_limit(conn: sa.Connection, key: str) -> bool:

@@ -6,16 +6,19 @@ A fingerprint is the error with ids, numbers, UUIDs and timestamps stripped
 "... (job 9133)" are one group. Grouping reads the partial index
 `ix_jobdesk_jobs_dead_unresolved` (fingerprint, type, finished_at) only; the sample error of
 each group comes from its newest job, fetched by primary key for the shown page only.
+Unfiltered on PostgreSQL, the counts come from `jobdesk.shared.core.job_counts` and the
+rest from one index probe per group, so the page does not grow with the dead letters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core import job_counts
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
@@ -62,10 +65,34 @@ class _Tally:
         self.newest = max(self.newest, row.newest_id)
 
 
+#: Filters that leave the dead-letter groups as they are (only the presentation changes).
+_NOT_NARROWING = {"status", "resolution", "time_field", "sort", "page_size"}
+#: The per-group probes answer for at most this many (fingerprint, type) pairs; beyond
+#: that the grouping scan is as cheap.
+MAX_PROBED_PAIRS = 2000
+
+
+def _narrows(filters: JobFilters) -> bool:
+    return any(
+        getattr(filters, item.name) != item.default
+        for item in fields(filters)
+        if item.name not in _NOT_NARROWING
+    )
+
+
 def dead_groups(
     conn: sa.Connection, filters: JobFilters, *, now: datetime, limit: int = 50
 ) -> DeadGroups:
-    """Unresolved dead jobs matching `filters`, grouped by fingerprint, biggest first."""
+    """Unresolved dead jobs matching `filters`, grouped by fingerprint, biggest first.
+
+    Unfiltered, on PostgreSQL: the counts come from `jobdesk.shared.core.job_counts` and
+    first/last seen and the newest job from one index probe each per (fingerprint,
+    type), instead of reading every unresolved dead job's index entry.
+    """
+    if job_counts.maintained(conn) and not _narrows(filters):
+        found = _groups_from_counts(conn, limit)
+        if found is not None:
+            return found
     conditions = filter_conditions(conn, filters.dead_unresolved(), now)
     query = (
         sa.select(
@@ -82,6 +109,10 @@ def dead_groups(
     merged: dict[str | None, _Tally] = {}
     for row in conn.execute(query):
         merged.setdefault(row.error_fingerprint, _Tally()).add(row)
+    return _present(conn, merged, limit)
+
+
+def _present(conn: sa.Connection, merged: dict[str | None, _Tally], limit: int) -> DeadGroups:
     ordered = sorted(merged.items(), key=lambda item: (-item[1].count, -item[1].newest))
     shown = ordered[:limit]
     newest_ids = [tally.newest for _, tally in shown]
@@ -105,6 +136,67 @@ def dead_groups(
     ]
     total = sum(tally.count for tally in merged.values())
     return DeadGroups(groups, total, len(merged))
+
+
+@dataclass(frozen=True, slots=True)
+class _Probed:
+    error_fingerprint: str | None
+    job_type: str
+    n: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+    newest_id: int
+
+
+# Each probe repeats the partial indexes' predicate so it reads one entry of
+# ix_jobdesk_jobs_dead_unresolved (finished_at order) or of its _newest twin (id order).
+_PROBE = """
+    SELECT {fingerprint}, g.job_type,
+      (SELECT j.finished_at FROM jobdesk_jobs j WHERE {match} AND j.finished_at IS NOT NULL
+        ORDER BY j.finished_at LIMIT 1),
+      (SELECT j.finished_at FROM jobdesk_jobs j WHERE {match} AND j.finished_at IS NOT NULL
+        ORDER BY j.finished_at DESC LIMIT 1),
+      (SELECT max(j.id) FROM jobdesk_jobs j WHERE {match})
+    FROM {pairs}
+"""
+_DEAD_UNRESOLVED = "j.status = 'dead' AND j.resolution IS NULL AND j.job_type = g.job_type"
+_PROBES = sa.text(
+    _PROBE.format(
+        fingerprint="g.fp",
+        match=f"{_DEAD_UNRESOLVED} AND j.error_fingerprint = g.fp",
+        pairs="unnest(CAST(:fps AS varchar[]), CAST(:types AS varchar[])) AS g(fp, job_type)",
+    )
+    + " UNION ALL "
+    + _PROBE.format(
+        fingerprint="CAST(NULL AS varchar)",
+        match=f"{_DEAD_UNRESOLVED} AND j.error_fingerprint IS NULL",
+        pairs="unnest(CAST(:bare_types AS varchar[])) AS g(job_type)",
+    )
+)
+
+
+def _groups_from_counts(conn: sa.Connection, limit: int) -> DeadGroups | None:
+    """The unfiltered grouping from the kept counts; None when there are too many pairs."""
+    counts = {
+        (g.error_fingerprint, g.job_type): g.count
+        for g in job_counts.group_counts(conn)
+        if g.status == JobStatus.DEAD.value and not g.resolved and g.count > 0
+    }
+    if len(counts) > MAX_PROBED_PAIRS:
+        return None
+    keyed = [pair for pair in counts if pair[0] is not None]
+    params = {
+        "fps": [fp for fp, _ in keyed],
+        "types": [job_type for _, job_type in keyed],
+        "bare_types": [job_type for fp, job_type in counts if fp is None],
+    }
+    merged: dict[str | None, _Tally] = {}
+    for fp, job_type, first, last, newest in conn.execute(_PROBES, params):
+        if newest is None:  # resolved since the counts were read
+            continue
+        probed = _Probed(fp, job_type, counts[(fp, job_type)], first, last, newest)
+        merged.setdefault(fp, _Tally()).add(probed)
+    return _present(conn, merged, limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +233,13 @@ def dead_trend(
 
 
 def unresolved_dead_count(conn: sa.Connection) -> int:
+    """Dead jobs that still need a decision (PostgreSQL: from the kept counts)."""
+    if job_counts.maintained(conn):
+        return sum(
+            g.count
+            for g in job_counts.group_counts(conn)
+            if g.status == JobStatus.DEAD.value and not g.resolved
+        )
     query = sa.select(sa.func.count()).where(
         jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.resolution.is_(None)
     )

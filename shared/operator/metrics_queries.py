@@ -1,6 +1,7 @@
 """Read side for monitoring: the figures `/metrics`, the alert rules and `jobdesk stats` share.
 
-Every query is an aggregate served by an index (`ix_jobdesk_jobs_status_queue_job_type`,
+Counts per status come from the counts PostgreSQL keeps (`jobdesk.shared.core.job_counts`);
+every other query is an aggregate served by an index (`ix_jobdesk_jobs_status_queue_job_type`,
 `ix_jobdesk_jobs_claimable`, `ix_jobdesk_workers_last_seen_at`, the alerts' partial index),
 so a scrape stays cheap with millions of finished jobs. "Due" means claimable now: `queued` or
 `failed` with `next_run_at <= now` — a job scheduled for later is not waiting yet.
@@ -16,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import AlertStatus, alerts
+from jobdesk.shared.core import job_counts
 from jobdesk.shared.core.models import jobs, workers
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.limits.models import circuit_breakers
@@ -57,7 +59,13 @@ def due_backlog(
 
 
 def counts_by_queue_status(conn: sa.Connection) -> dict[tuple[str, str], int]:
-    """Job counts keyed by (queue, status)."""
+    """Job counts keyed by (queue, status) (PostgreSQL: from the kept counts)."""
+    if job_counts.maintained(conn):
+        counts: dict[tuple[str, str], int] = {}
+        for group in job_counts.group_counts(conn):
+            key = (group.queue, group.status)
+            counts[key] = counts.get(key, 0) + group.count
+        return {key: n for key, n in counts.items() if n}
     query = sa.select(jobs.c.queue, jobs.c.status, sa.func.count()).group_by(
         jobs.c.queue, jobs.c.status
     )
@@ -66,6 +74,12 @@ def counts_by_queue_status(conn: sa.Connection) -> dict[tuple[str, str], int]:
 
 def unresolved_dead_by_type(conn: sa.Connection) -> dict[str, int]:
     """Dead letters still waiting for a human decision, per job type."""
+    if job_counts.maintained(conn):
+        by_type: dict[str, int] = {}
+        for group in job_counts.group_counts(conn):
+            if group.status == JobStatus.DEAD.value and not group.resolved:
+                by_type[group.job_type] = by_type.get(group.job_type, 0) + group.count
+        return {job_type: n for job_type, n in by_type.items() if n}
     query = (
         sa.select(jobs.c.job_type, sa.func.count())
         .where(jobs.c.status == JobStatus.DEAD.value, jobs.c.resolution.is_(None))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core import job_counts
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.metrics_queries import (
     dead_since,
@@ -26,13 +29,38 @@ class CountRow:
 
 
 def counts_by_status_queue_type(conn: sa.Connection) -> list[CountRow]:
-    """Job counts grouped by status, queue and type (served by an index-only scan)."""
-    query = (
-        sa.select(jobs.c.status, jobs.c.queue, jobs.c.job_type, sa.func.count().label("n"))
-        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
-        .order_by(jobs.c.queue, jobs.c.job_type, jobs.c.status)
-    )
-    return [CountRow(r.status, r.queue, r.job_type, r.n) for r in conn.execute(query)]
+    """Job counts grouped by status, queue and type, ordered by queue, type, status.
+
+    PostgreSQL: summed from the counts the database keeps (`jobdesk.shared.core.job_counts`),
+    a few hundred rows whatever the number of jobs. SQLite: an index-only scan.
+    """
+    if not job_counts.maintained(conn):
+        query = (
+            sa.select(jobs.c.status, jobs.c.queue, jobs.c.job_type, sa.func.count().label("n"))
+            .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+            .order_by(jobs.c.queue, jobs.c.job_type, jobs.c.status)
+        )
+        return [CountRow(r.status, r.queue, r.job_type, r.n) for r in conn.execute(query)]
+    totals: dict[tuple[str, str, str], int] = {}
+    for group in job_counts.group_counts(conn):
+        key = (group.queue, group.job_type, group.status)
+        totals[key] = totals.get(key, 0) + group.count
+    return [
+        CountRow(status, queue, job_type, n)
+        for (queue, job_type, status), n in sorted(totals.items())
+        if n
+    ]
+
+
+# One probe of ix_jobdesk_jobs_queued_since per queue (the queues come from the counts).
+_OLDEST_QUEUED = sa.text(
+    """
+    SELECT q.queue,
+           (SELECT min(j.next_run_at) FROM jobdesk_jobs j
+             WHERE j.status = 'queued' AND j.queue = q.queue AND j.next_run_at <= :now)
+      FROM unnest(CAST(:queues AS varchar[])) AS q(queue)
+    """
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
 
 
 def oldest_queued_age_by_queue(
@@ -43,13 +71,20 @@ def oldest_queued_age_by_queue(
     Waiting counts from `next_run_at` (a job scheduled for later is not late yet).
     """
     now = now or db_now(conn)
-    query = (
-        sa.select(jobs.c.queue, sa.func.min(jobs.c.next_run_at))
-        .where(jobs.c.status == JobStatus.QUEUED.value, jobs.c.next_run_at <= now)
-        .group_by(jobs.c.queue)
-    )
+    rows: Any
+    if job_counts.maintained(conn):
+        queues = sorted(
+            {g.queue for g in job_counts.group_counts(conn) if g.status == JobStatus.QUEUED}
+        )
+        rows = conn.execute(_OLDEST_QUEUED, {"now": now, "queues": queues}) if queues else []
+    else:
+        rows = conn.execute(
+            sa.select(jobs.c.queue, sa.func.min(jobs.c.next_run_at))
+            .where(jobs.c.status == JobStatus.QUEUED.value, jobs.c.next_run_at <= now)
+            .group_by(jobs.c.queue)
+        )
     ages: dict[str, float] = {}
-    for queue, oldest in conn.execute(query):
+    for queue, oldest in rows:
         if oldest is None:
             continue
         ages[queue] = max(0.0, (now - oldest).total_seconds())

@@ -16,9 +16,13 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
 
+from jobdesk.shared.core import driver_sql
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.effects import check_effect_key, record_effect
 from jobdesk.shared.core.masking import sanitize_error
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import effects, jobs
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 EXCERPT_CHARS = 2000
@@ -63,6 +67,68 @@ def excerpt(body: bytes | str | None, *, total_bytes: int | None = None) -> str 
     return clean
 
 
+# Built once and executed with fresh parameters: no statement construction per delivery.
+_INSERT = sa.insert(webhook_deliveries).values(
+    {
+        name: sa.bindparam(name, type_=webhook_deliveries.c[name].type)
+        for name in (
+            "job_id",
+            "attempt",
+            "endpoint",
+            "webhook_id",
+            "url",
+            "at",
+            "status_code",
+            "latency_ms",
+            "outcome",
+            "response_excerpt",
+            "error",
+        )
+    }
+)
+# The log row and the effect record of a delivered webhook as ONE statement (PostgreSQL
+# runs a data-modifying CTE exactly once, referenced or not): atomic on its own, so the
+# worker sends it in autocommit without BEGIN and COMMIT round trips.
+_INSERT_WITH_EFFECT = (
+    pg.insert(effects)
+    .values(
+        key=sa.bindparam("effect_key", type_=effects.c.key.type),
+        job_id=sa.bindparam("job_id", type_=effects.c.job_id.type),
+        detail=sa.bindparam("effect_detail", type_=effects.c.detail.type),
+    )
+    .on_conflict_do_nothing(index_elements=[effects.c.key])
+    .add_cte(_INSERT.cte("delivery"))
+)
+
+
+def _row(
+    job_id: int,
+    attempt: int,
+    endpoint: str,
+    webhook_id: str,
+    url: str,
+    outcome: str,
+    now: datetime,
+    status_code: int | None,
+    latency_ms: float | None,
+    response_excerpt: str | None,
+    error: str | None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "endpoint": endpoint,
+        "webhook_id": webhook_id,
+        "url": sanitize_error(url, 2000) or "",
+        "at": now,
+        "status_code": status_code,
+        "latency_ms": latency_ms,
+        "outcome": outcome,
+        "response_excerpt": response_excerpt,
+        "error": sanitize_error(error),
+    }
+
+
 def record_delivery(
     conn: sa.Connection,
     *,
@@ -77,27 +143,38 @@ def record_delivery(
     latency_ms: float | None = None,
     response_excerpt: str | None = None,
     error: str | None = None,
-) -> int:
-    """Append one delivery row; returns its id."""
-    return int(
-        conn.execute(
-            sa.insert(webhook_deliveries)
-            .values(
-                job_id=job_id,
-                attempt=attempt,
-                endpoint=endpoint,
-                webhook_id=webhook_id,
-                url=sanitize_error(url, 2000) or "",
-                at=now,
-                status_code=status_code,
-                latency_ms=latency_ms,
-                outcome=outcome,
-                response_excerpt=response_excerpt,
-                error=sanitize_error(error),
-            )
-            .returning(webhook_deliveries.c.id)
-        ).scalar_one()
+    effect: tuple[str, dict[str, Any]] | None = None,
+) -> None:
+    """Append one delivery row; with `effect` (key, detail) also record the effect.
+
+    On PostgreSQL this is a single statement either way; on SQLite the caller's
+    transaction holds the two inserts together.
+    """
+    row = _row(
+        job_id,
+        attempt,
+        endpoint,
+        webhook_id,
+        url,
+        outcome,
+        now,
+        status_code,
+        latency_ms,
+        response_excerpt,
+        error,
     )
+    if not is_postgresql(conn):
+        conn.execute(_INSERT, row)
+        if effect is not None:
+            record_effect(conn, effect[0], job_id=job_id, detail=effect[1])
+        return
+    # Run on psycopg's cursor: once per delivery, SQLAlchemy's layer was most of its cost.
+    if effect is None:
+        driver_sql.execute(conn, _INSERT, row)
+        return
+    key, detail = check_effect_key(effect[0]), driver_sql.json_param(effect[1] or {})
+    params = {**row, "effect_key": key, "effect_detail": detail}
+    driver_sql.execute(conn, _INSERT_WITH_EFFECT, params)
 
 
 def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:

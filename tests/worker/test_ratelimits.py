@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from jobdesk.shared.limits.rate_limits import reset_limit, try_acquire
+from jobdesk.shared.limits.rate_limits import reset_limit, try_acquire, try_acquire_many
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -49,3 +49,27 @@ def test_reset_and_bad_input(engine: sa.Engine) -> None:
     assert take(engine, T0, rate=1) == 0.0
     with pytest.raises(ValueError, match="rate"):
         take(engine, T0, rate=0)
+
+
+def take_many(engine: sa.Engine, want: int, now: datetime, **kw: float) -> tuple[int, float]:
+    with engine.begin() as conn:
+        return try_acquire_many(conn, "webhook:crm", want, now=now, **kw)  # type: ignore[arg-type]
+
+
+def test_many_takes_what_is_there_up_to_want(engine: sa.Engine) -> None:
+    assert take_many(engine, 4, T0, rate=10) == (4, 0.0)  # a new bucket starts full
+    assert take_many(engine, 4, T0, rate=10) == (4, 0.0)
+    assert take_many(engine, 4, T0, rate=10) == (2, 0.0)  # only two were left
+    taken, wait = take_many(engine, 4, T0, rate=10)
+    assert taken == 0
+    assert wait == pytest.approx(0.1, rel=1e-3)
+    # 0.35 s refill 3.5 tokens: three whole ones are taken, the half stays
+    assert take_many(engine, 10, T0 + timedelta(seconds=0.35), rate=10) == (3, 0.0)
+    assert take_many(engine, 1, T0 + timedelta(seconds=0.4), rate=10) == (1, 0.0)
+
+
+def test_many_never_takes_more_than_the_burst(engine: sa.Engine) -> None:
+    assert take_many(engine, 50, T0, rate=1000, burst=3) == (3, 0.0)
+    assert take_many(engine, 50, T0 + timedelta(hours=1), rate=1000, burst=3) == (3, 0.0)
+    with pytest.raises(ValueError, match="want"):
+        take_many(engine, 0, T0, rate=1)

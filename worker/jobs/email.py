@@ -35,6 +35,7 @@ from jobdesk.shared.core.effects import complete_effect, find_effect
 from jobdesk.shared.core.errors import PermanentError, Snooze
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.shared.limits.breakers import breaker_state
 from jobdesk.shared.webhooks.deliveries import delivery_origin
 from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
 from jobdesk.worker.jobs.config import JobsConfig, jobs_config
@@ -233,10 +234,9 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         provider = _provider(cfg)
     except MailConfigError as exc:
         raise RuntimeError(str(exc)) from None
-    with ctx.engine.begin() as conn:
-        healthy = pass_guards(
-            conn, breaker_key=provider.key, limit=cfg.smtp_rate_limit, now=clock()
-        )
+    with ctx.engine.connect() as conn:
+        breaker = breaker_state(conn, provider.key, clock())
+    healthy = pass_guards(ctx.engine, breaker=breaker, limit=cfg.smtp_rate_limit, now=clock())
     # Reserve the key before sending: a second job with the same key (the double-clicked
     # sign-up) waits for this one instead of sending too (B16).
     reservation = ctx.reserve(key)

@@ -1,7 +1,9 @@
 """Safety valves shared by the email and webhook handlers, kept cheap per job.
 
-- `pass_guards`: the destination's rate limit and circuit breaker, checked in the
-  caller's transaction; raises `Snooze` (the attempt is not counted) when the job must
+- `pass_guards`: the destination's rate limit (a token from this process's allowance,
+  see `jobdesk.shared.limits.allowance`) and circuit breaker (its state as the caller
+  read it along with its other lookups; only a breaker that is not closed costs a
+  transaction here); raises `Snooze` (the attempt is not counted) when the job must
   wait. Returns whether the breaker was fully healthy, so the common success path can
   skip writing "success" to a breaker that has nothing to reset.
 - `record_health`: a transient failure counts against the breaker; a success closes it.
@@ -17,8 +19,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from jobdesk.shared.core.errors import Snooze
-from jobdesk.shared.limits import breakers
-from jobdesk.shared.limits import rate_limits as ratelimits
+from jobdesk.shared.limits import allowance, breakers
 from jobdesk.worker.jobs.config import JobsConfig
 from jobdesk.worker.registry import RateLimit
 
@@ -32,19 +33,30 @@ class DbTime:
         return self._anchor + timedelta(seconds=time.monotonic() - self._mono)
 
 
-def pass_guards(conn: sa.Connection, *, breaker_key: str, limit: RateLimit, now: datetime) -> bool:
-    """Take a rate-limit token and pass the breaker, or raise `Snooze`."""
-    wait = ratelimits.try_acquire(
-        conn, limit.key, rate=limit.rate, per_seconds=limit.per_seconds, now=now
+def pass_guards(
+    engine: sa.Engine, *, breaker: breakers.BreakerView, limit: RateLimit, now: datetime
+) -> bool:
+    """Spend a rate-limit token and pass the breaker, or raise `Snooze`.
+
+    Call it outside any transaction: a refill of the allowance and a half-open probe
+    each open one of their own.
+    """
+    wait = allowance.acquire(
+        engine,
+        limit.key,
+        rate=limit.rate,
+        per_seconds=limit.per_seconds,
+        burst=limit.burst,
+        now=now,
     )
     if wait > 0:
         raise Snooze(wait, f"rate limit {limit.key} reached")
-    view = breakers.breaker_state(conn, breaker_key, now)
-    if view.state == breakers.CLOSED:
-        return view.consecutive_failures == 0
-    allowed, wait = breakers.allow_attempt(conn, breaker_key, now)
+    if breaker.state == breakers.CLOSED:
+        return breaker.consecutive_failures == 0
+    with engine.begin() as conn:
+        allowed, wait = breakers.allow_attempt(conn, breaker.key, now)
     if not allowed:
-        raise Snooze(wait, f"circuit breaker {breaker_key} is open")
+        raise Snooze(wait, f"circuit breaker {breaker.key} is open")
     return False
 
 

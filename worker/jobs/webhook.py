@@ -32,17 +32,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.effects import find_effect, record_effect
+import sqlalchemy as sa
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.effects import find_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
+from jobdesk.shared.limits.breakers import BreakerView
 from jobdesk.shared.webhooks.deliveries import delivery_origin, excerpt, record_delivery
-from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint, get_endpoint
+from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint
+from jobdesk.shared.webhooks.preflight import preflight
 from jobdesk.shared.webhooks.signing import signed_headers
 from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
 from jobdesk.worker.context import JobContext
@@ -88,6 +94,11 @@ def effect_key(ctx: JobContext, endpoint: str, event: str, origin_job_id: int) -
     return key
 
 
+def breaker_key(endpoint: str) -> str:
+    """The circuit breaker guarding one endpoint."""
+    return f"webhook:{endpoint}"
+
+
 def webhook_id(key: str) -> str:
     """The receiver's idempotency key: stable for every attempt of the same event."""
     return "msg_" + hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -123,7 +134,7 @@ class Delivery:
 
     @property
     def breaker_key(self) -> str:
-        return f"webhook:{self.endpoint.name}"
+        return breaker_key(self.endpoint.name)
 
     def log(
         self,
@@ -136,33 +147,53 @@ class Delivery:
         effect: dict[str, Any] | None = None,
     ) -> None:
         """Delivery row, breaker health, a 410 disable and the effect record, in one
-        transaction (a crash before its commit loses all of them together)."""
+        transaction — or one statement, when there is nothing but the row and the
+        effect — so a crash before its commit loses all of them together."""
         now = self.clock()
-        with self.ctx.engine.begin() as conn:
-            record_delivery(
-                conn,
-                job_id=self.ctx.job_id,
-                attempt=self.ctx.attempt,
-                endpoint=self.endpoint.name,
-                webhook_id=self.msg_id,
-                url=self.endpoint.url,
-                outcome=outcome,
-                now=now,
-                status_code=result.status_code if result else None,
-                latency_ms=round(result.latency_ms, 2) if result else None,
-                response_excerpt=_response_excerpt(result),
-                error=error or (result.error if result else None),
-            )
+        row: dict[str, Any] = {
+            "job_id": self.ctx.job_id,
+            "attempt": self.ctx.attempt,
+            "endpoint": self.endpoint.name,
+            "webhook_id": self.msg_id,
+            "url": self.endpoint.url,
+            "outcome": outcome,
+            "now": now,
+            "status_code": result.status_code if result else None,
+            "latency_ms": round(result.latency_ms, 2) if result else None,
+            "response_excerpt": _response_excerpt(result),
+            "error": error or (result.error if result else None),
+            "effect": None if effect is None else (self.key, effect),
+        }
+        engine = self.ctx.engine
+        if failure is None and disable_reason is None and self.healthy:
+            # The common case writes only the log row (and the effect): one statement.
+            with _statements(engine) as conn:
+                record_delivery(conn, **row)
+            return
+        with engine.begin() as conn:
+            record_delivery(conn, **row)
             record_health(
                 conn, self.breaker_key, now, self.cfg, error=failure, was_healthy=self.healthy
             )
             if disable_reason is not None:
                 disable_endpoint(conn, self.endpoint.name, reason=disable_reason, now=now)
-            if effect is not None:
-                record_effect(conn, self.key, job_id=self.ctx.job_id, detail=effect)
 
 
-def _hold_or_pass(delivery: Delivery) -> None:
+@contextmanager
+def _statements(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection for work that is one statement at a time on PostgreSQL: autocommit
+    there (no BEGIN/COMMIT or ROLLBACK round trips around a single statement, which is
+    atomic on its own); SQLite keeps the engine's transaction."""
+    if not is_postgresql(engine):
+        with engine.begin() as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
+
+
+def _hold_or_pass(delivery: Delivery, breaker: BreakerView) -> None:
     """Snooze while the endpoint is paused, rate limited or its breaker is open."""
     endpoint, now = delivery.endpoint, delivery.clock()
     if endpoint.is_paused(now):
@@ -170,13 +201,12 @@ def _hold_or_pass(delivery: Delivery) -> None:
         if endpoint.paused_until is not None:
             wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
         raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
-    with delivery.ctx.engine.begin() as conn:
-        delivery.healthy = pass_guards(
-            conn,
-            breaker_key=delivery.breaker_key,
-            limit=delivery.cfg.webhook_rate_limit(endpoint.name),
-            now=now,
-        )
+    delivery.healthy = pass_guards(
+        delivery.ctx.engine,
+        breaker=breaker,
+        limit=delivery.cfg.webhook_rate_limit(endpoint.name),
+        now=now,
+    )
 
 
 def _response_excerpt(result: HttpResult | None) -> str | None:
@@ -210,18 +240,24 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     cfg = jobs_config(ctx.settings)
     name = _text(payload, "endpoint")
     event = _text(payload, "event")
-    with ctx.engine.connect() as conn:
-        endpoint = get_endpoint(conn, name)
-        origin = delivery_origin(conn, ctx.job_id)
-        clock = DbTime(db_now(conn))
-        key = effect_key(ctx, name, event, origin.job_id)
-        done = find_effect(conn, key)
+    key = effect_key(ctx, name, event, ctx.job_id)
+    with _statements(ctx.engine) as conn:
+        facts = preflight(
+            conn, job_id=ctx.job_id, endpoint=name, breaker_key=breaker_key(name), effect_key=key
+        )
+        origin, done = facts.origin, facts.effect
+        if origin is None:  # requeued by an operator: the event is the chain's first job's
+            origin = delivery_origin(conn, ctx.job_id)
+            first_key = effect_key(ctx, name, event, origin.job_id)
+            if first_key != key:
+                key, done = first_key, find_effect(conn, first_key)
+    endpoint, clock = facts.endpoint, DbTime(facts.now)
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")
     if done is not None:
         return {**done, "skipped": "already delivered"}
     delivery = Delivery(ctx, cfg, endpoint, key, webhook_id(key), clock)
-    _hold_or_pass(delivery)
+    _hold_or_pass(delivery, facts.breaker)
 
     document = {"type": event, "timestamp": origin.created_at.isoformat(), "data": None}
     document["data"] = _data(payload, event)

@@ -23,7 +23,13 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.settings import Settings
-from jobdesk.worker.maintenance import alerter, periodic, pruner, worker_pruner
+from jobdesk.worker.maintenance import (
+    alerter,
+    counts_compactor,
+    periodic,
+    pruner,
+    worker_pruner,
+)
 from jobdesk.worker.maintenance.reaper import Reaper
 from jobdesk.worker.schedules import ScheduleSpec
 
@@ -66,5 +72,10 @@ def default_tasks() -> list[MaintenanceTask]:
             "pruner",
             pruner.interval_seconds,
             lambda ctx, now: pruner.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "counts_compactor",
+            counts_compactor.interval_seconds,
+            lambda ctx, now: counts_compactor.run_once(ctx.engine, now, ctx.settings),
         ),
     ]

@@ -359,6 +359,30 @@ def test_requeued_dead_job_keeps_its_webhook_id(engine: sa.Engine, receiver: Rec
     assert first.webhook_id == second.webhook_id
 
 
+def test_a_requeued_copy_of_a_delivered_event_is_not_sent_again(
+    engine: sa.Engine, receiver: Receiver
+) -> None:
+    endpoint_at(engine, receiver, "/ok")
+    delivered = add(engine)
+    drain(engine)
+    assert row(engine, delivered).status == "succeeded"
+    with engine.begin() as conn:
+        copy = conn.execute(
+            sa.insert(jobs)
+            .values(
+                job_type="webhook.deliver",
+                queue="webhooks",
+                payload=EVENT,
+                retried_from_id=delivered,
+            )
+            .returning(jobs.c.id)
+        ).scalar_one()
+    drain(engine)
+    # the copy's event is the original's: found under the original's effect key
+    assert row(engine, copy).result["skipped"] == "already delivered"
+    assert len(receiver.seen) == 1
+
+
 def test_f2_kill_between_delivery_and_completion_applies_once(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
