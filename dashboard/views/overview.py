@@ -15,6 +15,7 @@ from jobdesk.dashboard.state import get_state
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.leader import LEADER, current_lease
+from jobdesk.shared.core.queues import paused_queues
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.core.worker_registry import list_workers
 from jobdesk.shared.operator.dead_letters import dead_trend, unresolved_dead_count
@@ -53,6 +54,7 @@ def overview_data() -> dict[str, Any]:
         open_alert_count = alert_store.count_open_alerts(conn)
         fleet = list_workers(conn, now=now, stale_after=state.worker_stale_after)
         lease = current_lease(conn, LEADER)
+        paused = paused_queues(conn)
     trend = aggregates["trend"]
     totals = dict.fromkeys(STATUS_ORDER, 0)
     matrix: dict[tuple[str, str], dict[str, int]] = {}
@@ -76,6 +78,7 @@ def overview_data() -> dict[str, Any]:
         "workers_alive": sum(1 for w in fleet if w.alive),
         "workers_total": len(fleet),
         "leader": lease if lease is not None and lease.valid(now) else None,
+        "paused": paused,
     }
 
 

@@ -12,6 +12,7 @@ from jobdesk.cli import core as _core  # noqa: F401  (registers its commands)
 from jobdesk.cli import dashboard_cmds as _dashboard  # noqa: F401  (registers its commands)
 from jobdesk.cli import demo as _demo  # noqa: F401  (registers its commands)
 from jobdesk.cli import endpoints as _endpoints  # noqa: F401  (registers its commands)
+from jobdesk.cli import queues as _queues  # noqa: F401  (registers its commands)
 from jobdesk.cli import run as _run  # noqa: F401  (registers its commands)
 from jobdesk.cli import schedules as _schedules  # noqa: F401  (registers its commands)
 from jobdesk.cli.app import cli

@@ -47,7 +47,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on `port` now.
+
+    SO_REUSEADDR as every server sets it: connections a stopped server closed linger in
+    TIME_WAIT for a minute and do not keep the port from a new listener.
+    """
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

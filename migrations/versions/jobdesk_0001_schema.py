@@ -99,7 +99,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.CheckConstraint(
-            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
+            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'queue.pause', 'queue.resume', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
             name=op.f("ck_jobdesk_audit_log_action"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_audit_log")),
@@ -339,6 +339,19 @@ def upgrade() -> None:
             "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
         ),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_leases")),
+    )
+    op.create_table(
+        "jobdesk_queue_pauses",
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("paused_by", sa.String(length=100), nullable=False),
+        sa.Column(
+            "paused_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("queue", name=op.f("pk_jobdesk_queue_pauses")),
     )
     op.create_table(
         "jobdesk_operators",
@@ -782,6 +795,7 @@ def downgrade() -> None:
     op.drop_table("jobdesk_report_runs")
     op.drop_table("jobdesk_rate_limits")
     op.drop_table("jobdesk_operators")
+    op.drop_table("jobdesk_queue_pauses")
     op.drop_table("jobdesk_leases")
     _drop_counting()
     with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:

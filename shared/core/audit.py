@@ -51,6 +51,8 @@ class AuditAction(StrEnum):
     SCHEDULE_PAUSE = "schedule.pause"
     SCHEDULE_RESUME = "schedule.resume"
     SCHEDULE_RUN = "schedule.run"
+    QUEUE_PAUSE = "queue.pause"
+    QUEUE_RESUME = "queue.resume"
 
 
 class AuditEntry(Base):

@@ -93,10 +93,16 @@ _GROUP_IS_FREE = f"""(c.group_key IS NULL OR NOT EXISTS (
                AND (peer.status = '{_RUNNING}' OR peer.priority < c.priority
                     OR (peer.priority = c.priority AND peer.id < c.id))))"""
 
+# A paused queue's jobs stay where they are, attempts untouched (`shared.core.queues`).
+# The pause table is tiny (usually empty): one primary-key probe per candidate.
+_QUEUE_NOT_PAUSED = """NOT EXISTS (
+            SELECT 1 FROM jobdesk_queue_pauses AS qp WHERE qp.queue = c.queue)"""
+
 # A row with no attempt left (written by hand or by an old bug) would break the attempts
 # CHECK and with it every claim; `attempts < max_attempts` leaves it to the operator.
 _CANDIDATE_WHERE = f"""{_CLAIMABLE_SQL} AND c.next_run_at <= {{now}}
            AND c.attempts < c.max_attempts{{filters}}
+           AND {_QUEUE_NOT_PAUSED}
            AND {_GROUP_IS_FREE}"""
 
 _CLAIM_SET = f"""status = '{_RUNNING}', attempts = attempts + 1, locked_by = {{worker}},

@@ -309,6 +309,17 @@ class Lease(Base):
     expires_at: Mapped[datetime]
 
 
+class QueuePause(Base):
+    """A paused queue: no worker claims its jobs until the row is gone (R26)."""
+
+    __tablename__ = "jobdesk_queue_pauses"
+
+    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    paused_by: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    paused_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+    reason: Mapped[str] = mapped_column(sa.Text)
+
+
 class Worker(Base):
     """A running worker process and its heartbeat."""
 
@@ -340,5 +351,6 @@ def table_of(model: type[Base]) -> sa.Table:
 jobs = table_of(Job)
 job_attempts = table_of(JobAttempt)
 effects = table_of(Effect)
+queue_pauses = table_of(QueuePause)
 leases = table_of(Lease)
 workers = table_of(Worker)

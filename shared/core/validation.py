@@ -17,6 +17,7 @@ from typing import Any
 
 from jobdesk.shared.core.db import SerializedJSON
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.models import (
     KEY_LENGTH,
     MAX_ATTEMPTS_MAX,
@@ -109,6 +110,27 @@ def check_timeout(value: object) -> float:
     if not 0 < value <= 86_400 or math.isnan(value):
         raise ValidationError("timeout", f"must be between 0 and 86400 seconds, got {value}")
     return float(value)
+
+
+#: The longest reason an operator may give (pause, ignore, cancel, disable, …).
+REASON_MAX_CHARS = 2000
+
+
+def check_reason(reason: str | None, *, required: bool) -> str | None:
+    """A stripped, bounded reason with credentials masked before it is stored (a 410
+    disable's reason names the URL, which may carry `?token=`); None when empty."""
+    text = (reason or "").strip()
+    if not text:
+        if required:
+            raise ValidationError("reason", "is required: say why, so others can follow")
+        return None
+    if len(text) > REASON_MAX_CHARS:
+        raise ValidationError(
+            "reason", f"is {len(text):,} characters long; the limit is {REASON_MAX_CHARS:,}"
+        )
+    if "\x00" in text:
+        raise ValidationError("reason", "must not contain NUL characters")
+    return mask_text(text)
 
 
 def serialize_payload(

@@ -24,11 +24,16 @@ from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.decisions import requeue_dead
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.json_text import check_json_numbers
-from jobdesk.shared.core.masking import MASK, mask_payload, mask_text
+from jobdesk.shared.core.masking import MASK, mask_payload
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, refuse_unrunnable
 from jobdesk.shared.core.states import JobStatus, Resolution
-from jobdesk.shared.core.validation import DEFAULT_MAX_PAYLOAD_BYTES, serialize_payload
+from jobdesk.shared.core.validation import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    REASON_MAX_CHARS,
+    check_reason,
+    serialize_payload,
+)
 from jobdesk.shared.core.worker_registry import runnable_types
 from jobdesk.shared.operator.filters import JobFilters
 from jobdesk.shared.operator.queries import filter_conditions
@@ -42,29 +47,12 @@ from jobdesk.shared.webhooks.models import webhook_endpoints
 BULK_CAP = 1000
 #: Rows written per statement inside a bulk action.
 BATCH_SIZE = 200
-REASON_MAX_CHARS = 1000
 WEBHOOK_TYPE = "webhook.deliver"
-
-
-def check_reason(reason: str | None, *, required: bool) -> str | None:
-    """A bounded, stripped reason, credentials masked before storage; required for
-    ignoring."""
-    text = (reason or "").strip()
-    if not text:
-        if required:
-            raise ValidationError("reason", "is required: say why, so others can follow")
-        return None
-    if len(text) > REASON_MAX_CHARS:
-        raise ValidationError(
-            "reason", f"is {len(text):,} characters long; the limit is {REASON_MAX_CHARS:,}"
-        )
-    if "\x00" in text:
-        raise ValidationError("reason", "must not contain NUL characters")
-    return mask_text(text)
 
 
 __all__ = [
     "BULK_CAP",
+    "REASON_MAX_CHARS",
     "BulkResult",
     "Impact",
     "Selection",

@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.enqueue import enqueue
-from jobdesk.shared.core.errors import NotFoundError, ValidationError
+from jobdesk.shared.core.errors import NotFoundError
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.validation import check_name, serialize_payload
+from jobdesk.shared.core.validation import check_name, check_reason, serialize_payload
 from jobdesk.shared.schedules.models import schedules
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
 
 #: How many past runs the dashboard and the CLI show per schedule.
 RECENT_RUNS = 10
-REASON_MAX_CHARS = 1000
 
 _s = schedules.c
 
@@ -241,22 +240,11 @@ def _like_prefix(prefix: str) -> str:
     return escaped + "%"
 
 
-def _check_reason(reason: str | None, *, required: bool) -> str | None:
-    text = (reason or "").strip()
-    if required and not text:
-        raise ValidationError("reason", "is required: say why, so on-call can follow")
-    if len(text) > REASON_MAX_CHARS:
-        raise ValidationError("reason", f"is longer than {REASON_MAX_CHARS} characters")
-    if "\x00" in text:
-        raise ValidationError("reason", "must not contain NUL characters")
-    return text or None
-
-
 def pause(
     conn: sa.Connection, name: str, *, actor: str, reason: str | None, now: datetime
 ) -> ScheduleRow:
     """Stop firing until resumed (missed slots are not caught up unless `catch_up`)."""
-    clean = _check_reason(reason, required=True)
+    clean = check_reason(reason, required=True)
     get_schedule(conn, name)
     conn.execute(
         sa.update(schedules)
@@ -277,7 +265,7 @@ def pause(
 def resume(
     conn: sa.Connection, name: str, *, actor: str, reason: str | None = None, now: datetime
 ) -> ScheduleRow:
-    clean = _check_reason(reason, required=False)
+    clean = check_reason(reason, required=False)
     get_schedule(conn, name)
     conn.execute(
         sa.update(schedules)
@@ -299,7 +287,7 @@ def run_now(
     conn: sa.Connection, name: str, *, actor: str, reason: str | None = None, now: datetime
 ) -> int:
     """Enqueue one extra run now (its own key: it never takes a slot's place)."""
-    clean = _check_reason(reason, required=False)
+    clean = check_reason(reason, required=False)
     row = get_schedule(conn, name)
     key = f"schedule:{name}:manual:{now.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
     job_id = enqueue(conn, row.job_type, row.payload, idempotency_key=key)

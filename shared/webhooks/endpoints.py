@@ -30,7 +30,6 @@ from jobdesk.shared.webhooks.ssrf import Resolver, UnsafeURLError, check_url
 
 WEBHOOK_JOB_TYPE = "webhook.deliver"
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
-MAX_REASON_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -86,19 +85,6 @@ class Endpoint:
 
 def _endpoint(row: sa.Row[Any]) -> Endpoint:
     return Endpoint(**{name: getattr(row, name) for name in Endpoint.__dataclass_fields__})
-
-
-def _check_reason(reason: str | None) -> str | None:
-    """A bounded reason with credentials masked before it is stored (a 410 disable's
-    reason names the URL, which may carry `?token=`)."""
-    if reason is None:
-        return None
-    reason = reason.strip()
-    if "\x00" in reason:
-        raise ValidationError("reason", "must not contain NUL characters")
-    if len(reason) > MAX_REASON_CHARS:
-        raise ValidationError("reason", f"at most {MAX_REASON_CHARS} characters")
-    return mask_text(reason) or None
 
 
 def _audit(
@@ -226,7 +212,7 @@ def pause_endpoint(
     now: datetime,
 ) -> None:
     """Hold the endpoint's deliveries (jobs wait without burning attempts)."""
-    clean = _check_reason(reason)
+    clean = validation.check_reason(reason, required=False)
     if until is not None and until <= now:
         raise ValidationError("until", "must be in the future")
     _update(conn, name, paused=True, paused_until=until, paused_reason=clean, updated_at=now)
@@ -285,7 +271,7 @@ def disable_endpoint(
 ) -> None:
     """The receiver said the endpoint is gone (410): hold everything until an operator
     resumes it."""
-    clean = _check_reason(reason) or "disabled"
+    clean = validation.check_reason(reason, required=False) or "disabled"
     _update(
         conn,
         name,
