@@ -113,7 +113,7 @@ def check_timeout(value: object) -> float:
 
 
 #: The longest reason an operator may give (pause, ignore, cancel, disable, …).
-REASON_MAX_CHARS = 2000
+REASON_MAX_CHARS = 1000
 
 
 def check_reason(reason: str | None, *, required: bool) -> str | None:

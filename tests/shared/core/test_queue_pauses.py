@@ -69,7 +69,7 @@ def test_a_queue_with_no_jobs_yet_can_be_paused_ahead_of_a_deploy(engine: sa.Eng
         ("webhooks", "", "reason", "is required"),
         ("webhooks", "   ", "reason", "is required"),
         ("web hooks", "x", "queue", ""),
-        ("webhooks", "x" * 2001, "reason", "the limit is 2,000"),
+        ("webhooks", "x" * 1001, "reason", "the limit is 1,000"),
         ("webhooks", "a\x00b", "reason", "NUL"),
     ],
 )
