@@ -3,9 +3,47 @@
 //  1. sends the CSRF token (from <meta name="csrf-token">) on every htmx request;
 //  2. pauses polling ([data-poll] elements) while the tab is hidden, and refreshes
 //     them once when it becomes visible again;
-//  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]).
+//  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]);
+//  4. the phone menu button, and keyboard access to tables wider than the screen.
 (function () {
   "use strict";
+
+  // The phone layout hides the navigation behind the menu button only when this script
+  // runs; without JavaScript the links wrap and stay visible.
+  document.documentElement.classList.add("js");
+
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest && event.target.closest(".menu-toggle");
+    if (!button) {
+      return;
+    }
+    var open = button.getAttribute("aria-expanded") !== "true";
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+    button.closest(".topbar").classList.toggle("open", open);
+  });
+
+  // A table or text block that scrolls must be reachable by keyboard (Tab, then arrows).
+  function focusableScrollers(root) {
+    (root || document).querySelectorAll(".table-wrap, pre.block, pre.inline-error").forEach(function (wrap) {
+      if (wrap.scrollWidth > wrap.clientWidth + 1 || wrap.scrollHeight > wrap.clientHeight + 1) {
+        wrap.setAttribute("tabindex", "0");
+        if (!wrap.hasAttribute("aria-label")) {
+          var caption = wrap.closest("section, .panel");
+          var heading = caption && caption.querySelector("h2, h3");
+          wrap.setAttribute("aria-label", (heading ? heading.textContent.trim() + ", " : "") +
+            (wrap.tagName === "PRE" ? "text, scrolls" : "table, scrolls sideways"));
+        }
+        if (!wrap.hasAttribute("role")) {
+          wrap.setAttribute("role", "region");
+        }
+      } else if (wrap.getAttribute("tabindex") === "0") {
+        wrap.removeAttribute("tabindex");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { focusableScrollers(); });
+  document.addEventListener("htmx:afterSettle", function () { focusableScrollers(); });
+  window.addEventListener("resize", function () { focusableScrollers(); });
 
   function csrfToken() {
     var meta = document.querySelector('meta[name="csrf-token"]');

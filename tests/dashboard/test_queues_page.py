@@ -3,7 +3,7 @@ pause / resume with a reason for operators."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -17,18 +17,19 @@ from tests.factories import make_job
 def test_queues_show_counts_oldest_waiting_and_recent_outcomes(
     viewer: Browser, engine: sa.Engine
 ) -> None:
+    now = datetime.now(UTC)  # the page counts windows back from the database's clock
     with engine.begin() as conn:
         for _ in range(3):
             make_job(conn, queue="webhooks", next_run_at=NOW - timedelta(minutes=12))
         done = make_job(conn, queue="webhooks", status="succeeded", attempts=1)
         conn.execute(
             sa.insert(job_attempts).values(
-                job_id=done, attempt=1, outcome="succeeded", finished_at=NOW - timedelta(minutes=2)
+                job_id=done, attempt=1, outcome="succeeded", finished_at=now - timedelta(minutes=2)
             )
         )
         conn.execute(
             sa.insert(job_attempts).values(
-                job_id=done, attempt=1, outcome="failed", finished_at=NOW - timedelta(minutes=30)
+                job_id=done, attempt=1, outcome="failed", finished_at=now - timedelta(minutes=30)
             )
         )
         make_job(conn, queue="email")
