@@ -208,3 +208,19 @@ def test_account_changes_need_the_csrf_token(admin: Browser, engine: sa.Engine) 
         account = get_operator(conn, "otto")
         assert account is not None
         assert not account.disabled
+
+
+def test_names_with_dots_and_at_signs_work_in_every_action(
+    admin: Browser, engine: sa.Engine
+) -> None:
+    name = "sam.o-1@example.com"
+    form = {"username": name, "role": "viewer", "password": PASSWORD}
+    assert admin.post("/operators", form).status_code == 303
+    assert admin.post(f"/operators/{name}/role", {"role": "operator"}).status_code == 303
+    assert admin.post(f"/operators/{name}/password", {"password": NEW_PASSWORD}).status_code == 303
+    assert admin.post(f"/operators/{name}/disable").status_code == 303
+    with engine.connect() as conn:
+        account = get_operator(conn, name)
+        assert account is not None
+        assert (account.role, account.disabled) == ("operator", True)
+    assert f'id="operator-{name}"' in admin.get("/operators").get_data(as_text=True)
