@@ -24,7 +24,6 @@ from jobdesk.shared.operator.accounts import (
     PASSWORD_MAX_CHARS,
     PASSWORD_MIN_CHARS,
     ROLES,
-    USERNAME_PATTERN,
     add_operator,
     check_password,
     check_role,
@@ -62,7 +61,6 @@ def _page(errors: FormErrors | None = None, entered: Mapping[str, str] | None = 
         password_min=PASSWORD_MIN_CHARS,
         password_max=PASSWORD_MAX_CHARS,
         username_max=NAME_LENGTH,
-        username_pattern=USERNAME_PATTERN.pattern,
     )
 
 
@@ -104,7 +102,7 @@ def add() -> Any:
                     conn, username, password, role, now=db.now(conn), actor=auth.actor()
                 )
         except ConflictError:
-            problems["username"] = f"{username} already exists (disabled accounts keep theirs)"
+            problems["username"] = f"{username} already exists (a disabled account keeps its name)"
     if problems:
         body = _page({"add": problems}, {"username": username, "role": role})
         return body, UNPROCESSABLE
