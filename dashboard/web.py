@@ -27,6 +27,7 @@ from jobdesk.dashboard.views import (
     health,
     jobs,
     login,
+    operators,
     overview,
     queues,
     schedules,
@@ -56,6 +57,7 @@ for child in (
     schedules,
     alerts,
     workers,
+    operators,
     health,
     login,
 ):

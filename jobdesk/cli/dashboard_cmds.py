@@ -182,6 +182,21 @@ def users_enable(ctx: click.Context, name: str) -> None:
     _set_disabled(ctx, name, False)
 
 
+@users.command("role")
+@click.argument("name")
+@click.argument("role", type=ROLE_CHOICE)
+@click.pass_context
+@user_errors
+def users_role(ctx: click.Context, name: str, role: str) -> None:
+    """Give NAME another role; it applies from the account's next request."""
+    from jobdesk.shared.core.clock import db_now
+    from jobdesk.shared.operator.accounts import set_role
+
+    with command_engine(ctx) as engine, engine.begin() as conn:
+        account = set_role(conn, name, role, now=db_now(conn), actor=cli_actor())
+    click.echo(f"{account.username} is now {account.role}")
+
+
 @users.command("passwd")
 @click.argument("name")
 @click.pass_context

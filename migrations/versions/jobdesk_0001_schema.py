@@ -99,7 +99,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
         sa.CheckConstraint(
-            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'queue.pause', 'queue.resume', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
+            "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'operator.role', 'queue.pause', 'queue.resume', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
             name=op.f("ck_jobdesk_audit_log_action"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_audit_log")),

@@ -46,6 +46,7 @@ class AuditAction(StrEnum):
     OPERATOR_DISABLE = "operator.disable"
     OPERATOR_ENABLE = "operator.enable"
     OPERATOR_PASSWORD = "operator.password"  # noqa: S105 (an action name)
+    OPERATOR_ROLE = "operator.role"
     REPORT_RETRY_CHUNK = "report.retry_chunk"
     REPORT_CANCEL = "report.cancel"
     SCHEDULE_PAUSE = "schedule.pause"

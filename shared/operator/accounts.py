@@ -1,10 +1,10 @@
 """Dashboard accounts: operators with a hashed password and a role.
 
 Roles are ordered: `viewer` reads (payload fields and emails masked), `operator` also
-triages dead letters and acknowledges alerts, `admin` also pauses endpoints and closes
-circuit breakers. Passwords are hashed with Werkzeug's scrypt-based hasher and never
-stored or logged in clear. `verify` spends the same hashing time for unknown users so
-response times do not reveal which usernames exist.
+triages dead letters and acknowledges alerts, `admin` also pauses endpoints, closes
+circuit breakers and manages these accounts. Passwords are hashed with Werkzeug's
+scrypt-based hasher and never stored or logged in clear. `verify` spends the same
+hashing time for unknown users so response times do not reveal which usernames exist.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ ROLES: tuple[str, ...] = tuple(Role)
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{NAME_LENGTH}}}")
 PASSWORD_MIN_CHARS = 10
 PASSWORD_MAX_CHARS = 1024
+
+
+class LastAdminError(ConflictError):
+    """The change would leave no enabled admin to manage the accounts."""
 
 
 @functools.cache
@@ -197,12 +201,67 @@ def end_sessions(conn: sa.Connection, username: str) -> bool:
     return bool(result.rowcount)
 
 
+def check_an_admin_remains(conn: sa.Connection, username: str) -> None:
+    """Refuse (LastAdminError) a change that takes `username` out of the enabled admins
+    when no other enabled admin would be left to manage the accounts.
+
+    The enabled admins' rows are locked (PostgreSQL) so two admins demoting each other
+    at the same moment cannot both succeed; SQLite writers are serialised anyway."""
+    admins = conn.execute(
+        sa.select(operators.c.username)
+        .where(operators.c.role == Role.ADMIN.value, operators.c.disabled.is_(sa.false()))
+        .with_for_update()
+    ).scalars()
+    if not set(admins) - {username}:
+        raise LastAdminError(
+            f"{username} is the only enabled admin; make another account admin first, "
+            "or nobody could manage the accounts from the dashboard"
+        )
+
+
+def set_role(
+    conn: sa.Connection,
+    username: str,
+    role: str,
+    *,
+    now: datetime,
+    actor: str = "cli",
+    keep_an_admin: bool = False,
+) -> OperatorAccount:
+    """Give an account another role (audited with the old and the new one).
+
+    Sessions continue: the role is read from the table on every request, so the new
+    one applies from the account's next click. With `keep_an_admin` the last enabled
+    admin cannot be demoted (the dashboard's rule; the CLI stays the way back in)."""
+    role = check_role(role)
+    account = require_operator(conn, username)
+    if account.role == role:
+        return account
+    if keep_an_admin and account.role == Role.ADMIN and not account.disabled:
+        check_an_admin_remains(conn, username)
+    conn.execute(sa.update(operators).where(operators.c.username == username).values(role=role))
+    audit.record(
+        conn, actor=actor, action=AuditAction.OPERATOR_ROLE, subject=f"operator:{username}",
+        details={"from": account.role, "to": role}, now=now,
+    )  # fmt: skip
+    return require_operator(conn, username)
+
+
 def set_disabled(
-    conn: sa.Connection, username: str, disabled: bool, *, now: datetime, actor: str = "cli"
+    conn: sa.Connection,
+    username: str,
+    disabled: bool,
+    *,
+    now: datetime,
+    actor: str = "cli",
+    keep_an_admin: bool = False,
 ) -> OperatorAccount:
     """Disable or re-enable an account; either way every existing session ends (a
-    re-enabled account starts from a fresh login, old cookies stay dead)."""
-    require_operator(conn, username)
+    re-enabled account starts from a fresh login, old cookies stay dead). With
+    `keep_an_admin` the last enabled admin cannot be disabled."""
+    account = require_operator(conn, username)
+    if keep_an_admin and disabled and account.role == Role.ADMIN and not account.disabled:
+        check_an_admin_remains(conn, username)
     conn.execute(
         sa.update(operators)
         .where(operators.c.username == username)
@@ -220,7 +279,7 @@ def set_disabled(
 
 def set_password(
     conn: sa.Connection, username: str, password: str, *, now: datetime, actor: str = "cli"
-) -> None:
+) -> OperatorAccount:
     """Change a password; every existing session of the account ends."""
     require_operator(conn, username)
     password = check_password(password)
@@ -236,3 +295,4 @@ def set_password(
         subject=f"operator:{username}",
         now=now,
     )
+    return require_operator(conn, username)

@@ -27,6 +27,7 @@ from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
+from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.reports.models import report_runs
@@ -314,7 +315,7 @@ class GroupLane:
 @dataclass(frozen=True, slots=True)
 class JobDetail:
     job: dict[str, Any]
-    attempts: list[dict[str, Any]]
+    attempts: list[AttemptLine]
     deliveries: list[dict[str, Any]]
     report_runs: list[dict[str, Any]]
     audit: list[AuditRow]
@@ -389,14 +390,14 @@ def job_detail(conn: sa.Connection, job_id: int) -> JobDetail:
         job[f"{name}_raw"] = job[name]
         job[name] = decoded.value
         job[f"{name}_problem"] = decoded.problem
-    attempts = [
+    attempts = attempt_lines(
         dict(r._mapping)
         for r in conn.execute(
             sa.select(job_attempts)
             .where(job_attempts.c.job_id == job_id)
             .order_by(job_attempts.c.attempt, job_attempts.c.id)
         )
-    ]
+    )
     deliveries = [
         dict(r._mapping)
         for r in conn.execute(

@@ -46,6 +46,12 @@ EXPECTED_ROLES = {
     "jobdesk.schedules.resume_schedule": "operator",
     "jobdesk.schedules.run_schedule": "operator",
     "jobdesk.workers.index": "viewer",
+    "jobdesk.operators.index": "admin",
+    "jobdesk.operators.add": "admin",
+    "jobdesk.operators.change_role": "admin",
+    "jobdesk.operators.disable": "admin",
+    "jobdesk.operators.enable": "admin",
+    "jobdesk.operators.reset_password": "admin",
     "jobdesk.health.healthz": "public",
     "jobdesk.health.readyz": "public",
     "metrics.metrics": "public",  # its own bearer-token / loopback check
@@ -67,6 +73,7 @@ GET_PAGES = [
     "/workers",
 ]
 OPERATOR_GETS = ["/jobs/1/fix", "/dead/bulk?action=retry&ids=1", "/jobs/1/payload.json"]
+ADMIN_GETS = ["/operators"]
 POSTS = {
     "/jobs/1/retry": {},
     "/jobs/1/ignore": {"reason": "x"},
@@ -82,8 +89,18 @@ POSTS = {
     "/schedules/nightly/pause": {"reason": "x"},
     "/schedules/nightly/resume": {},
     "/schedules/nightly/run": {},
+    "/operators": {"username": "newbie", "role": "viewer", "password": "a long first password"},
+    "/operators/vera/role": {"role": "operator"},
+    "/operators/otto/disable": {},
+    "/operators/otto/enable": {},
+    "/operators/vera/password": {"password": "a long new password"},
 }
-ADMIN_POSTS = {"/endpoints/crm/pause", "/endpoints/crm/resume", "/breakers/close"}
+ADMIN_POSTS = {
+    "/endpoints/crm/pause",
+    "/endpoints/crm/resume",
+    "/breakers/close",
+    *(url for url in POSTS if url.startswith("/operators")),
+}
 
 
 def _rules(app: Flask) -> dict[str, str]:
@@ -102,7 +119,7 @@ def test_everything_is_closed_before_an_operator_exists(app: Flask, engine: sa.E
     with engine.begin() as conn:
         dead_job(conn)
     browser = Browser(app.test_client())
-    for url in GET_PAGES + OPERATOR_GETS:
+    for url in GET_PAGES + OPERATOR_GETS + ADMIN_GETS:
         response = browser.get(url)
         assert response.status_code == 303, url
         assert response.headers["Location"].startswith("/login?next=")
@@ -136,6 +153,9 @@ def test_roles_are_enforced_server_side(
         assert browser.get(url).status_code in (200, 286), url
     for url in OPERATOR_GETS:
         expected = 403 if role == "viewer" else 200
+        assert browser.get(url).status_code == expected, url
+    for url in ADMIN_GETS:
+        expected = 200 if role == "admin" else 403
         assert browser.get(url).status_code == expected, url
     for url, data in POSTS.items():
         needed = "admin" if url in ADMIN_POSTS else "operator"

@@ -37,6 +37,11 @@ def test_users_add_list_disable(db_url: str, engine: sa.Engine) -> None:
     assert run(db_url, "users", "disable", "ana").exit_code == 0
     assert "disabled" in run(db_url, "users", "list").output
     assert run(db_url, "users", "disable", "nobody").exit_code == 1
+    demoted = run(db_url, "users", "role", "ana", "operator")
+    assert demoted.exit_code == 0, demoted.output
+    assert "ana is now operator" in demoted.output
+    assert run(db_url, "users", "role", "nobody", "viewer").exit_code == 1
+    assert run(db_url, "users", "role", "ana", "root").exit_code == 2
 
 
 def test_dead_list_retry_ignore(db_url: str, engine: sa.Engine) -> None:

@@ -1,0 +1,80 @@
+"""Account changes: a role change is audited; with `keep_an_admin` (the dashboard's rule)
+the last enabled admin is neither demoted nor disabled, even by two admins racing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk.shared.core.audit import audit_log
+from jobdesk.shared.operator.accounts import (
+    LastAdminError,
+    add_operator,
+    require_operator,
+    set_disabled,
+    set_role,
+)
+
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+PASSWORD = "a long enough password"
+
+
+def _admins(engine: sa.Engine, *names: str) -> None:
+    with engine.begin() as conn:
+        for name in names:
+            add_operator(conn, name, PASSWORD, "admin", now=NOW)
+
+
+def test_keep_an_admin_refuses_the_last_one_and_the_cli_default_does_not(
+    engine: sa.Engine,
+) -> None:
+    _admins(engine, "ana")
+    with engine.begin() as conn:
+        with pytest.raises(LastAdminError, match="ana is the only enabled admin"):
+            set_role(conn, "ana", "viewer", now=NOW, keep_an_admin=True)
+        with pytest.raises(LastAdminError):
+            set_disabled(conn, "ana", True, now=NOW, keep_an_admin=True)
+        assert require_operator(conn, "ana").role == "admin"
+    with engine.begin() as conn:
+        # The CLI is the way back in, so it keeps its old freedom.
+        account = set_role(conn, "ana", "operator", now=NOW, actor="cli:root")
+        assert account.role == "operator"
+        entry = conn.execute(
+            sa.select(audit_log.c.actor, audit_log.c.details).where(
+                audit_log.c.action == "operator.role"
+            )
+        ).one()
+        assert tuple(entry) == ("cli:root", {"from": "admin", "to": "operator"})
+
+
+@pytest.mark.postgresql_only
+def test_two_admins_demoting_each_other_at_once_leave_one_admin(engine: sa.Engine) -> None:
+    _admins(engine, "ana", "bo")
+    outcome: list[BaseException | None] = []
+    first = engine.connect()
+    first.begin()
+    set_role(first, "ana", "operator", now=NOW, keep_an_admin=True)  # holds the admins' rows
+
+    def demote_bo() -> None:
+        try:
+            with engine.begin() as conn:
+                set_role(conn, "bo", "operator", now=NOW, keep_an_admin=True)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    racer = threading.Thread(target=demote_bo)
+    racer.start()
+    racer.join(timeout=1.0)
+    assert racer.is_alive(), "the second demotion must wait for the first"
+    first.commit()
+    first.close()
+    racer.join(timeout=10)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], LastAdminError)
+    with engine.connect() as conn:
+        assert require_operator(conn, "bo").role == "admin"
+        assert require_operator(conn, "ana").role == "operator"
