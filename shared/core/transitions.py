@@ -257,7 +257,8 @@ def fail(
         return None
     status = JobStatus(row.status)
     if status is C:
-        outcome = AttemptOutcome.CANCELLED
+        # Not an error to group or alert on: an operator stopped the job.
+        outcome, print_ = AttemptOutcome.CANCELLED, None
     _record_attempt(conn, ref, outcome, clean, now, print_)
     return status
 
