@@ -13,9 +13,9 @@ completed.
 
 A cancel request (an operator cancelled the running job; the heartbeat brings it) sets
 `ctx.cancelled` and moves the attempt's deadline to the end of the grace: a handler that
-stops — raises, or returns — in time is stopped on request, one that does not is stopped
-hard by the same path as a timeout. A handler that returns a value after the request
-finished its work, and the job succeeds: calling that `cancelled` would hide work done.
+raises in time is stopped on request, one still running then is stopped hard by the same
+path as a timeout. A handler that returns a value after the request finished its work,
+and the job succeeds: calling that `cancelled` would hide work done.
 """
 
 from __future__ import annotations
