@@ -14,8 +14,10 @@ from flask import Flask, request, url_for
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
+from jobdesk.dashboard.state import get_state
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
+from jobdesk.shared.operator.cancellation import hard_stop_by
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -147,6 +149,11 @@ def links_for_alert(details: dict[str, Any] | None) -> list[AlertLink]:
     return [AlertLink(link.label, root + link.path) for link in alert_links(details)]
 
 
+def cancel_hard_stop_by(requested_at: datetime) -> datetime:
+    """When a running job with this cancel request is stopped hard at the latest."""
+    return hard_stop_by(requested_at, get_state().settings)
+
+
 def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
@@ -168,4 +175,5 @@ def install(app: Flask) -> None:
         here=here,
         alert_links=links_for_alert,
         jobs_sharing=jobs_sharing,
+        cancel_hard_stop_by=cancel_hard_stop_by,
     )

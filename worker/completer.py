@@ -45,11 +45,13 @@ class Applied(NamedTuple):
     @property
     def label(self) -> str:
         """How the attempt ended, for metrics: succeeded, failed, dead, timeout, snoozed,
-        released or fenced (lease lost: nothing was written)."""
+        released, cancelled or fenced (lease lost: nothing was written)."""
         if self.status is None:
             return "fenced"
         kind = self.outcome.kind
-        if kind in (Kind.FAILED, Kind.RETRY_AFTER, Kind.PERMANENT):
+        if kind in (Kind.FAILED, Kind.RETRY_AFTER, Kind.PERMANENT) or (
+            self.status is JobStatus.CANCELLED
+        ):
             return self.status.value
         return kind.value
 
@@ -85,9 +87,15 @@ def _apply_one(
     job, kind = outcome.job, outcome.kind
     if kind is Kind.FENCED:
         return None
+    if kind is Kind.CANCELLED:
+        error = outcome.error or "Cancelled"
+        stopped = transitions.stop_cancelled(conn, job.ref, error=error, now=now)
+        return JobStatus.CANCELLED if stopped else None
     if kind in (Kind.SNOOZED, Kind.RELEASED):
         until = now + timedelta(seconds=outcome.delay_seconds or 0.0)
-        return JobStatus.QUEUED if transitions.snooze(conn, job.ref, until=until, now=now) else None
+        how = "released at shutdown" if kind is Kind.RELEASED else "snoozed"
+        # A cancel request that arrived meanwhile ends the job instead of requeueing it.
+        return transitions.hand_back(conn, job.ref, until=until, now=now, reason=how)
     decision = decide(
         attempt=job.attempt,
         max_attempts=job.max_attempts,

@@ -99,6 +99,8 @@ class WorkerConfig:
     leader_lease_seconds: float
     max_stuck_threads: int
     claim_batch: int = MAX_CLAIM_BATCH
+    #: After a cancel request, how long a handler has to stop before it is stopped hard.
+    cancel_grace_seconds: float = 10.0
 
     @property
     def total_slots(self) -> int:
@@ -138,4 +140,5 @@ class WorkerConfig:
             shutdown_timeout_seconds=settings.shutdown_timeout_seconds,
             leader_lease_seconds=leader,
             max_stuck_threads=max_stuck_threads,
+            cancel_grace_seconds=settings.cancel_grace_seconds,
         )

@@ -67,8 +67,11 @@ class JobContext:
     deadline: float | None = None
     """`time.monotonic()` value at which the attempt's hard timeout fires."""
     cancelled: threading.Event = field(default_factory=threading.Event)
-    """Set when the attempt timed out or the worker is shutting down; long handlers
-    should check it between steps and stop early."""
+    """Set when an operator cancelled the running job, the attempt timed out, its lease
+    was lost or the worker is shutting down; long handlers should check it between steps
+    (or `wait()` on it instead of sleeping) and stop early. After a cancel the handler has
+    `JOBDESK_CANCEL_GRACE_SECONDS` before it is stopped hard; raising ends the job
+    `cancelled`, returning a value records the work as done (`succeeded`)."""
     _log: logging.LoggerAdapter[logging.Logger] | None = field(
         default=None, init=False, repr=False, compare=False
     )

@@ -2,12 +2,20 @@
 
 The executor writes no job state. It turns what the handler did into an `Outcome`
 (succeeded with a result, failed, permanent, retry-after, snoozed, timed out, released,
-fenced); `jobdesk.worker.completer.apply_outcomes` turns outcomes into transitions.
+cancelled, fenced); `jobdesk.worker.completer.apply_outcomes` turns outcomes into
+transitions.
 
 An `Attempt` is settled exactly once, by whoever gets there first: the handler's thread
-when it returns, the runner when the hard timeout fires, the shutdown path when it
-releases the job, or the heartbeat when the lease was lost. Later arrivals are ignored,
-so a job is never both released and completed.
+when it returns, the runner when the hard timeout (or the hard stop after a cancel
+request) fires, the shutdown path when it releases the job, or the heartbeat when the
+lease was lost. Later arrivals are ignored, so a job is never both released and
+completed.
+
+A cancel request (an operator cancelled the running job; the heartbeat brings it) sets
+`ctx.cancelled` and moves the attempt's deadline to the end of the grace: a handler that
+raises in time is stopped on request, one still running then is stopped hard by the same
+path as a timeout. A handler that returns a value after the request finished its work,
+and the job succeeds: calling that `cancelled` would hide work done.
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ class Kind(StrEnum):
     """`Snooze(s)` or a rate limit: back to the queue, attempt not counted."""
     RELEASED = "released"
     """Shutdown: handed back unfinished, attempt not counted."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the running job and the handler stopped (or was stopped hard
+    after the grace): the job ends `cancelled`, not retried."""
     FENCED = "fenced"
     """The lease was lost (someone else owns the job now): nothing may be written."""
 
@@ -160,11 +171,14 @@ class Attempt:
         "_engine",
         "_lock",
         "_settings",
+        "cancel_grace",
+        "cancel_requested",
         "deadline",
         "job",
         "job_type",
         "outcome",
         "started",
+        "stop_by",
         "timeout",
     )
 
@@ -181,6 +195,10 @@ class Attempt:
         self.timeout = timeout
         self.started = 0.0
         self.deadline = float("inf")
+        #: Set once by `request_cancel`: the monotonic time of the hard stop, and its grace.
+        self.cancel_requested = False
+        self.stop_by = float("inf")
+        self.cancel_grace = 0.0
         self.outcome: Outcome | None = None
         self._engine = engine
         self._settings = settings
@@ -212,9 +230,36 @@ class Attempt:
 
     def begin(self) -> None:
         self.started = time.monotonic()
-        self.deadline = self.started + self.timeout
+        self.deadline = min(self.started + self.timeout, self.stop_by)
         if self._ctx is not None:
             self._ctx.deadline = self.deadline
+
+    def request_cancel(self, grace: float) -> bool:
+        """An operator cancelled this job: tell the handler (`ctx.cancelled`) and bring the
+        deadline forward to the end of the grace. False when already asked or settled."""
+        with self._lock:
+            if self.cancel_requested or self.outcome is not None:
+                return False
+            self.cancel_requested = True
+            self.cancel_grace = grace
+            self.stop_by = time.monotonic() + grace
+            if self.started:
+                self.deadline = min(self.deadline, self.stop_by)
+        self.ctx.cancelled.set()
+        return True
+
+    def stopped_on_request(self, outcome: Outcome) -> Outcome:
+        """What the handler's own `outcome` means once a cancel was requested: a success
+        stays a success (the work was done); anything else ends the job cancelled."""
+        if not self.cancel_requested or outcome.kind in (Kind.SUCCEEDED, Kind.FENCED):
+            return outcome
+        first = (outcome.error or outcome.kind.value).split("\n", 1)[0]
+        return Outcome(
+            self.job,
+            Kind.CANCELLED,
+            error=f"Cancelled: the handler stopped after the cancel request ({first})",
+            duration=outcome.duration,
+        )
 
     def settle(self, outcome: Outcome) -> bool:
         """Record `outcome` unless another one got there first; True when this one won."""
@@ -238,6 +283,19 @@ class Attempt:
                 Kind.TIMEOUT,
                 error=f"JobTimeout: {self.job.job_type} ran longer than its "
                 f"{self.timeout:g}s timeout",
+                duration=elapsed,
+            )
+        )
+
+    def stop_hard(self) -> bool:
+        """The grace after a cancel request is over and the handler still runs."""
+        elapsed = time.monotonic() - self.started if self.started else 0.0
+        return self.settle(
+            Outcome(
+                self.job,
+                Kind.CANCELLED,
+                error=f"Cancelled: the handler did not stop within the {self.cancel_grace:g}s "
+                "grace after the cancel request and was stopped hard",
                 duration=elapsed,
             )
         )

@@ -8,6 +8,9 @@ attempt is fenced: the handler is told to stop (`ctx.cancelled`) and nothing wil
 written for it. A job whose row was busy (a completion or a progress update holding it:
 PostgreSQL renewals skip locked rows rather than wait) is still held, not lost; its
 lease is renewed by the next heartbeat.
+
+The renewal also answers which held jobs an operator asked to cancel; each is handed to
+`on_cancel_requested` once (the runner sets `ctx.cancelled` and schedules the hard stop).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Heartbeat(threading.Thread):
         worker_id: str,
         register: Callable[[sa.Connection, datetime], None],
         skew: Callable[[], float | None],
+        on_cancel_requested: Callable[[Attempt], None] | None = None,
     ) -> None:
         super().__init__(name="jobdesk-heartbeat", daemon=True)
         self._engine = engine
@@ -50,6 +54,7 @@ class Heartbeat(threading.Thread):
         self._clock = clock
         self._held = held
         self._on_fenced = on_fenced
+        self._on_cancel_requested = on_cancel_requested
         self._worker_id = worker_id
         self._register = register
         self._skew = skew
@@ -86,6 +91,7 @@ class Heartbeat(threading.Thread):
         refs = [a.job.ref for a in attempts]
         now = self._clock()
         kept: set[int] = set()
+        stopping: list[int] = []
         busy = 0
         with self._engine.begin() as conn:
             # The `workers` row first: it is the one write here that may wait for a lock,
@@ -101,6 +107,7 @@ class Heartbeat(threading.Thread):
                 kept.update(renewal.renewed)
                 kept.update(renewal.busy)  # still ours: renewed next time
                 busy += len(renewal.busy)
+                stopping.extend(renewal.stopping)
         self.beats += 1
         self.skipped += busy
         if busy:
@@ -117,3 +124,8 @@ class Heartbeat(threading.Thread):
                     extra={"action": "lease_lost", "job_id": job_id},
                 )
                 self._on_fenced(attempt)
+        if self._on_cancel_requested is not None:
+            for job_id in stopping:
+                attempt = by_id[job_id]
+                if not attempt.cancel_requested and not attempt.settled:
+                    self._on_cancel_requested(attempt)

@@ -6,7 +6,8 @@ Threads and what they own:
   group's `SlotPool`, enforces hard timeouts, handles signals and shutdown;
 - slot threads (per group): run handlers (`executor.execute`);
 - completer: writes outcomes in batches (`completer.Completer`);
-- heartbeat: extends held leases and the `workers` row (`heartbeat.Heartbeat`);
+- heartbeat: extends held leases and the `workers` row, and hears of cancel requests
+  (`heartbeat.Heartbeat`);
 - listener (PostgreSQL): LISTEN wakes the dispatcher on enqueue (`listener.Listener`);
 - APScheduler: leader election and maintenance (`maintenance.scheduler.Maintenance`).
 
@@ -181,6 +182,7 @@ class Runner:
             clock=self.clock.now,
             held=self.held,
             on_fenced=self.completer.submit,
+            on_cancel_requested=self._on_cancel_requested,
             worker_id=self.worker_id,
             register=self._register,
             skew=self._skew,
@@ -436,10 +438,38 @@ class Runner:
         if self.watchdog is not None:
             self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
-        if attempt.settle(outcome):
+        if attempt.settle(attempt.stopped_on_request(outcome)):
             self.completer.submit(attempt)
 
+    def _on_cancel_requested(self, attempt: Attempt) -> None:
+        """The heartbeat found an operator's cancel request on a job this process runs."""
+        grace = self.config.cancel_grace_seconds
+        if not attempt.request_cancel(grace):
+            return
+        log.info(
+            "job %s (%s): cancel requested; ctx.cancelled is set, hard stop in %gs",
+            attempt.job.id,
+            attempt.job.job_type,
+            grace,
+            extra={"action": "cancel_requested", "job_id": attempt.job.id},
+        )
+        # The dispatcher checks deadlines while slots are busy; look again now.
+        self._next_check = 0.0
+        self._wake.set()
+
     def _on_timeout(self, attempt: Attempt) -> None:
+        if attempt.cancel_requested:
+            if attempt.stop_hard():
+                self.completer.submit(attempt)
+            log.warning(
+                "job %s (%s) did not stop within %gs of its cancel request; its thread is "
+                "abandoned",
+                attempt.job.id,
+                attempt.job.job_type,
+                attempt.cancel_grace,
+                extra={"action": "job_stopped_hard", "job_id": attempt.job.id},
+            )
+            return
         if attempt.time_out():
             self.completer.submit(attempt)
         log.warning(

@@ -1,6 +1,7 @@
-"""Triage actions — retry, fix & retry, ignore, cancel, bulk. Each is a POST that
-answers 303 to the page the operator acted from (filters kept) with a counted flash
-message; a lost race (another operator acted first) reloads the job with the reason."""
+"""Triage actions — retry, fix & retry, ignore, cancel (a queued, retrying or running
+job; or every job matching a filter, after a preview), bulk. Each is a POST that answers
+303 to the page the operator acted from (filters kept) with a counted flash message; a
+lost race (another operator acted first) reloads the job with the reason."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from flask import Blueprint, redirect, render_template, request, url_for
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.forms import parse_bulk_selection, parse_payload_text
+from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back, safe_target
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.templating import plural
-from jobdesk.shared.core.decisions import cancel
 from jobdesk.shared.core.errors import ConflictError, ValidationError
 from jobdesk.shared.core.masking import mask_payload
 from jobdesk.shared.core.payload_checks import PayloadErrors
-from jobdesk.shared.operator import triage
+from jobdesk.shared.operator import cancellation, triage
+from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import job_detail
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS
@@ -90,17 +92,82 @@ def ignore(job_id: int) -> Any:
 @auth.requires(Role.OPERATOR)
 def cancel_job(job_id: int) -> Any:
     try:
-        reason = triage.check_reason(request.form.get("reason"), required=True)
+        with db.write() as conn:
+            done = cancellation.cancel_job(
+                conn,
+                job_id,
+                actor=auth.actor(),
+                reason=request.form.get("reason"),
+                now=db.now(conn),
+            )
     except ValidationError as exc:
         note(f"Not cancelled: the {exc.field} {exc.message}", "error")
         return back(_job_url(job_id))
-    with db.write() as conn:
-        done = cancel(conn, [job_id], actor=auth.actor(), reason=reason or "", now=db.now(conn))
-    if done:
+    except ConflictError as exc:
+        note(f"Job #{job_id} was not cancelled: {exc}.", "error")
+        return back(_job_url(job_id))
+    if done is cancellation.Cancelled.NOW:
         note(f"Cancelled job #{job_id}.")
     else:
-        note(f"Job #{job_id} was not cancelled: it is no longer queued or retrying.", "error")
+        grace = get_state().settings.cancel_grace_seconds
+        note(
+            f"Asked the worker running job #{job_id} to stop it: the handler is told now "
+            f"and stopped hard {grace:g}s after its worker hears of it."
+        )
     return back(_job_url(job_id))
+
+
+@bp.get("/jobs/cancel")
+@auth.requires(Role.OPERATOR)
+def cancel_preview() -> Any:
+    """What "Cancel all matching…" would do, before anything changes."""
+    filters = JobFilters.from_args(request.args)
+    with db.read() as conn:
+        now = db.now(conn)
+        impact = cancellation.preview_cancel(conn, filters, now=now)
+    return render(
+        "jobs/cancel_preview.html",
+        impact=impact,
+        filter_args=filters.to_args(),
+        grace=get_state().settings.cancel_grace_seconds,
+        reason_max=REASON_MAX_CHARS,
+        next=safe_target(request.args.get("next"), ""),
+        now=now,
+    )
+
+
+@bp.post("/jobs/cancel")
+@auth.requires(Role.OPERATOR)
+def cancel_matching() -> Any:
+    fallback = url_for("jobdesk.jobs.index")
+    try:
+        filters = JobFilters.from_args(request.form)
+        low = parse_positive_int("low", request.form.get("low"))
+        high = parse_positive_int("high", request.form.get("high"))
+        if low is None or high is None or low > high:
+            raise ValidationError(
+                "range", "the confirmation is missing its id range; open the preview again"
+            )
+        with db.write() as conn:
+            result = cancellation.bulk_cancel(
+                conn,
+                filters,
+                id_range=(low, high),
+                actor=auth.actor(),
+                reason=request.form.get("reason"),
+                now=db.now(conn),
+            )
+    except ValidationError as exc:
+        note(f"Nothing changed: the {exc.field} {exc.message}", "error")
+        return back(fallback)
+    parts = [f"Cancelled {plural(len(result.cancelled), 'job')}."]
+    if result.stopping:
+        parts.append(f"Asked the workers to stop {plural(len(result.stopping), 'running job')}.")
+    if result.skipped:
+        parts.append(f"{plural(result.skipped, 'job')} had finished meanwhile.")
+    done = result.cancelled or result.stopping
+    note(" ".join(parts), "success" if done else "info")
+    return back(fallback)
 
 
 def _fix_form(

@@ -228,6 +228,13 @@ def upgrade() -> None:
             "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("resolution_reason", sa.Text(), nullable=True),
+        sa.Column(
+            "cancel_requested_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            nullable=True,
+        ),
+        sa.Column("cancelled_by", sa.String(length=100), nullable=True),
+        sa.Column("cancel_reason", sa.Text(), nullable=True),
         sa.CheckConstraint(
             "resolution IS NULL OR resolution IN ('requeued', 'fixed', 'ignored')",
             name=op.f("ck_jobdesk_jobs_resolution"),
@@ -521,7 +528,8 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
         sa.CheckConstraint(
-            "outcome IN ('succeeded', 'failed', 'timeout', 'lost', 'permanent', 'released')",
+            "outcome IN ('succeeded', 'failed', 'timeout', 'lost', 'permanent', 'released', "
+            "'cancelled')",
             name=op.f("ck_jobdesk_job_attempts_outcome"),
         ),
         sa.ForeignKeyConstraint(

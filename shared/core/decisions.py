@@ -11,7 +11,11 @@ ones that come from the dashboard, the CLI or a feature acting for an operator:
   group and idempotency key; `retried_from_id` → the dead one), wake the workers, audit;
   types no worker can run are refused, not queued to wait forever;
 - `ignore_dead`: resolve as ignored with a reason;
-- `cancel`: stop queued or retrying jobs from running again.
+- `cancel`: stop queued or retrying jobs from running again;
+- `request_cancel`: ask the worker running a job to stop it (it ends `cancelled`).
+
+Both keep who, when and why on the job (`cancelled_by`, `cancel_requested_at`,
+`cancel_reason`), so the job's page can say it without reading the audit trail.
 
 Each writes its audit rows in the caller's transaction, so a decision and its record
 commit together. Dead jobs never change state: the decision is on the row.
@@ -32,11 +36,17 @@ from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.states import CANCELLABLE, JobStatus, Resolution, sql_values
+from jobdesk.shared.core.states import (
+    CANCELLABLE,
+    STOPPABLE,
+    JobStatus,
+    Resolution,
+    sql_values,
+)
 from jobdesk.shared.core.validation import serialize_payload
 from jobdesk.shared.core.worker_registry import runnable_types
 
-__all__ = ["Requeued", "cancel", "ignore_dead", "requeue_dead", "resolve_dead"]
+__all__ = ["Requeued", "cancel", "ignore_dead", "request_cancel", "requeue_dead", "resolve_dead"]
 
 #: What a retry copies from the dead job to the new one.
 COPIED = (
@@ -197,10 +207,75 @@ def cancel(
         conn.execute(
             sa.update(jobs)
             .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
-            .values(status=JobStatus.CANCELLED.value, finished_at=now, updated_at=now)
+            .values(
+                status=JobStatus.CANCELLED.value,
+                finished_at=now,
+                updated_at=now,
+                cancel_requested_at=now,
+                cancelled_by=actor,
+                cancel_reason=reason,
+            )
             .returning(jobs.c.id)
         ).scalars()
     )
+    _audit_cancel(conn, cancelled, actor=actor, reason=reason, now=now, subject=subject)
+    return cancelled
+
+
+def request_cancel(
+    conn: sa.Connection,
+    job_ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    subject: str | None = None,
+) -> list[int]:
+    """Ask the workers running these jobs to stop them; returns the ids asked.
+
+    The job stays `running`: its worker reads the request with its next heartbeat, sets
+    `ctx.cancelled` and, after the grace, stops the handler hard; the job then ends
+    `cancelled`. A job already asked is left as it is (the first request's who and why
+    stay), so a double-submitted form writes one request and one audit row.
+    """
+    if not job_ids:
+        return []
+    asked = sorted(
+        conn.execute(
+            sa.update(jobs)
+            .where(
+                jobs.c.id.in_(list(job_ids)),
+                jobs.c.status.in_(sql_values(STOPPABLE)),
+                jobs.c.cancel_requested_at.is_(None),
+            )
+            .values(
+                cancel_requested_at=now, cancelled_by=actor, cancel_reason=reason, updated_at=now
+            )
+            .returning(jobs.c.id)
+        ).scalars()
+    )
+    _audit_cancel(
+        conn,
+        asked,
+        actor=actor,
+        reason=reason,
+        now=now,
+        subject=subject,
+        details={"while_running": True},
+    )
+    return asked
+
+
+def _audit_cancel(
+    conn: sa.Connection,
+    job_ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    subject: str | None,
+    details: Mapping[str, Any] | None = None,
+) -> None:
     audit.record_many(
         conn,
         (
@@ -210,12 +285,12 @@ def cancel(
                 "job_id": job_id,
                 "subject": subject,
                 "reason": reason,
+                "details": dict(details) if details else None,
             }
-            for job_id in cancelled
+            for job_id in job_ids
         ),
         now=now,
     )
-    return cancelled
 
 
 def _details(

@@ -3,7 +3,9 @@
 `renew_leases` answers, for a worker's refs, which leases it renewed and which jobs are
 still its own but could not be renewed this time because another transaction holds
 their row (`busy`). Everything else in the refs was taken away (the reaper decided the
-worker was gone) and is not in either list.
+worker was gone) and is not in either list. The same statement answers which held jobs
+an operator asked to cancel (`stopping`), so a worker learns of a cancel request with
+its next heartbeat and no query of its own.
 
 On PostgreSQL a renewal never waits for a row lock: it takes the rows it can with
 `FOR NO KEY UPDATE SKIP LOCKED` and leaves the others (a completion being written, a
@@ -33,11 +35,13 @@ _RUNNING = JobStatus.RUNNING.value
 
 
 class LeaseRenewal(NamedTuple):
-    """What one renewal did: ids whose lease was pushed, and ids still held by the
-    caller whose row was locked by someone else (not renewed now, not lost either)."""
+    """What one renewal did: ids whose lease was pushed, ids still held by the caller
+    whose row was locked by someone else (not renewed now, not lost either), and ids
+    still held that have a cancel request (`cancel_requested_at` set)."""
 
     renewed: list[int]
     busy: list[int]
+    stopping: tuple[int, ...] = ()
 
 
 # `held`: the refs still running under the caller's token, as of the statement's
@@ -50,7 +54,8 @@ _POSTGRESQL_RENEW = f"""
 WITH refs AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS r(id, token)
 ), held AS (
-    SELECT j.id FROM jobdesk_jobs AS j JOIN refs ON j.id = refs.id
+    SELECT j.id, j.cancel_requested_at IS NOT NULL AS stop
+      FROM jobdesk_jobs AS j JOIN refs ON j.id = refs.id
      WHERE j.status = '{_RUNNING}' AND j.lease_token = refs.token
 ), locked AS (
     SELECT j.id FROM jobdesk_jobs AS j JOIN refs ON j.id = refs.id
@@ -61,7 +66,8 @@ WITH refs AS (
      WHERE id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING id
 )
-SELECT ARRAY(SELECT id FROM renewed), ARRAY(SELECT id FROM held)
+SELECT ARRAY(SELECT id FROM renewed), ARRAY(SELECT id FROM held),
+       ARRAY(SELECT id FROM held WHERE stop)
 """
 
 
@@ -73,7 +79,7 @@ def renew_leases(
         return LeaseRenewal([], [])
     expires = now + timedelta(seconds=lease_seconds)
     if is_postgresql(conn):
-        renewed, held = conn.exec_driver_sql(
+        renewed, held, stopping = conn.exec_driver_sql(
             _POSTGRESQL_RENEW,
             {
                 "ids": [ref.id for ref in refs],
@@ -83,7 +89,9 @@ def renew_leases(
             },
         ).one()
         done = set(renewed)
-        return LeaseRenewal(list(renewed), [job_id for job_id in held if job_id not in done])
+        return LeaseRenewal(
+            list(renewed), [job_id for job_id in held if job_id not in done], tuple(stopping)
+        )
     # SQLite: the transaction holds the database's write lock; nothing is ever skipped.
     result = conn.execute(
         sa.update(jobs)
@@ -92,6 +100,8 @@ def renew_leases(
             sa.tuple_(jobs.c.id, jobs.c.lease_token).in_([(r.id, r.lease_token) for r in refs]),
         )
         .values(lease_expires_at=expires, updated_at=now)
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
-    return LeaseRenewal(list(result.scalars()), [])
+    rows = result.all()
+    stopping = tuple(row.id for row in rows if row.cancel_requested_at is not None)
+    return LeaseRenewal([row.id for row in rows], [], stopping)

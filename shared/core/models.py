@@ -111,6 +111,12 @@ class Job(Base):
     resolved_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
     resolved_at: Mapped[datetime | None]
     resolution_reason: Mapped[str | None] = mapped_column(sa.Text)
+    #: Who cancelled the job, when and why. Set together by an operator's cancel: a
+    #: queued or retrying job is `cancelled` at once; a running one keeps running until
+    #: its worker stops it (its heartbeat reads `cancel_requested_at`).
+    cancel_requested_at: Mapped[datetime | None]
+    cancelled_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
+    cancel_reason: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (
         sa.CheckConstraint(in_list("status", list(ALL_STATUSES)), name="status"),

@@ -18,7 +18,8 @@ class JobStatus(StrEnum):
 
     RUNNING = "running"
     """Claimed by a worker under a lease. Moved out by that worker (complete, fail, snooze,
-    release) or, when the lease expires, by the reaper."""
+    release, or stop after an operator's cancel request) or, when the lease expires, by the
+    reaper."""
 
     SUCCEEDED = "succeeded"
     """Final. Only the pruner removes it, after the retention period."""
@@ -32,7 +33,8 @@ class JobStatus(StrEnum):
     resolution on it and retries create a new job. Only the pruner removes resolved ones."""
 
     CANCELLED = "cancelled"
-    """Final: an operator stopped it before it ran again. Only the pruner removes it."""
+    """Final: an operator stopped it — before it ran again, or while it ran (its worker
+    stopped the handler). Only the pruner removes it."""
 
 
 class Resolution(StrEnum):
@@ -55,6 +57,10 @@ class AttemptOutcome(StrEnum):
     """A permanent error sent the job to `dead` at once."""
     RELEASED = "released"
     """Handed back without running to the end (shutdown, rate limit, open breaker)."""
+    CANCELLED = "cancelled"
+    """An operator asked to cancel the running job and the attempt ended with it: the
+    handler stopped on `ctx.cancelled`, was stopped hard after the grace, failed, or its
+    worker was lost."""
 
 
 #: States a worker may claim from (subject to `next_run_at`).
@@ -63,8 +69,12 @@ CLAIMABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED}
 ACTIVE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED})
 #: States nothing moves a job out of.
 FINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
-#: States an operator can cancel from.
+#: States an operator can cancel from at once.
 CANCELLABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED})
+#: States an operator can ask to stop: the job's worker ends it `cancelled`.
+STOPPABLE: frozenset[JobStatus] = frozenset({JobStatus.RUNNING})
+#: Everything an operator's cancel applies to, at once or through the worker.
+CANCEL_TARGETS: frozenset[JobStatus] = CANCELLABLE | STOPPABLE
 #: States that need a human decision.
 TRIAGEABLE: frozenset[JobStatus] = frozenset({JobStatus.DEAD})
 
@@ -82,6 +92,8 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.DEAD,
             # snooze / release hand the job back without a failure
             JobStatus.QUEUED,
+            # an operator's cancel request, carried out by the worker or the reaper
+            JobStatus.CANCELLED,
         }
     ),
     JobStatus.SUCCEEDED: frozenset(),
@@ -106,19 +118,25 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "claim": (frozenset({_Q, _F}), frozenset({_R})),
     "complete": (frozenset({_R}), frozenset({_S})),
     "complete_many": (frozenset({_R}), frozenset({_S})),
-    "fail": (frozenset({_R}), frozenset({_F, _D})),
-    "bury_undecodable": (frozenset({_R}), frozenset({_D})),
-    "snooze": (frozenset({_R}), frozenset({_Q})),
-    "rescue_expired": (frozenset({_R}), frozenset({_F, _D})),
+    # A job with a cancel request ends `cancelled` whichever way its attempt ends,
+    # except a success (the work was done): fail, snooze and the reaper honour it too.
+    "fail": (frozenset({_R}), frozenset({_F, _D, _C})),
+    "bury_undecodable": (frozenset({_R}), frozenset({_D, _C})),
+    "snooze": (frozenset({_R}), frozenset({_Q, _C})),
+    "hand_back": (frozenset({_R}), frozenset({_Q, _C})),
+    "rescue_expired": (frozenset({_R}), frozenset({_F, _D, _C})),
+    "stop_cancelled": (STOPPABLE, frozenset({_C})),
     "cancel": (CANCELLABLE, frozenset({_C})),
 }
 
 #: Writes that leave a job in its state, by function name → the states they apply to:
-#: lease renewal and progress while running (fenced by the lease token), and the
-#: decisions written ON dead jobs (a retry creates a new `queued` job instead).
+#: lease renewal and progress while running (fenced by the lease token), an operator's
+#: cancel request on a running job (its worker carries it out), and the decisions
+#: written ON dead jobs (a retry creates a new `queued` job instead).
 STATE_KEEPING_WRITES: dict[str, frozenset[JobStatus]] = {
     "extend_lease": frozenset({_R}),
     "record_progress": frozenset({_R}),
+    "request_cancel": STOPPABLE,
     "resolve_dead": frozenset({_D}),
     "requeue_dead": frozenset({_D}),
     "ignore_dead": frozenset({_D}),

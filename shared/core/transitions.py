@@ -6,6 +6,11 @@ lease, and whose job the reaper already handed to someone else, changes nothing 
 told so (the functions return False / None). Each finished attempt writes its
 `job_attempts` row in the same statement or transaction.
 
+A running job an operator asked to cancel (`cancel_requested_at` set) ends `cancelled`
+whichever way its attempt ends — stopped on request (`stop_cancelled`), failed, snoozed,
+released at shutdown or lost with its worker — and that attempt is recorded `cancelled`
+(its error text says how it ended). Only a success stays a success: the work was done.
+
 `states.TRANSITIONS` lists every function here (and in `decisions`, the operator's
 side) with the states it moves jobs from and to; a test checks each pair against
 `states.ALLOWED_TRANSITIONS`.
@@ -32,12 +37,13 @@ from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 
 log = logging.getLogger("jobdesk.transitions")
 
-R, Q, F, S, D = (
+R, Q, F, S, D, C = (
     JobStatus.RUNNING,
     JobStatus.QUEUED,
     JobStatus.FAILED,
     JobStatus.SUCCEEDED,
     JobStatus.DEAD,
+    JobStatus.CANCELLED,
 )
 
 _RELEASE_LOCK: dict[str, Any] = {
@@ -46,6 +52,10 @@ _RELEASE_LOCK: dict[str, Any] = {
     "lease_token": None,
     "lease_expires_at": None,
 }
+
+
+def _cancel_requested() -> sa.ColumnElement[bool]:
+    return jobs.c.cancel_requested_at.is_not(None)
 
 
 def _is_mine(ref: JobRef) -> sa.ColumnElement[bool]:
@@ -212,7 +222,8 @@ def fail(
     """Record a failed attempt: `failed` until `retry_at`, or `dead` when it is None.
 
     A job whose attempts are spent goes to `dead` even when a `retry_at` is given: a
-    `failed` row without attempts left could never be claimed again.
+    `failed` row without attempts left could never be claimed again. A job with a cancel
+    request goes to `cancelled` instead (its attempt recorded `cancelled`).
     Returns the new status, or None when the lease was lost.
     """
     clean = sanitize_error(error) or "unknown error"
@@ -223,13 +234,16 @@ def fail(
         "updated_at": now,
         **_RELEASE_LOCK,
     }
+    stop = _cancel_requested()
     if retry_at is not None:
         spent = jobs.c.attempts >= jobs.c.max_attempts
-        values["status"] = sa.case((spent, D.value), else_=F.value)
+        values["status"] = sa.case((stop, C.value), (spent, D.value), else_=F.value)
         values["next_run_at"] = retry_at
-        values["finished_at"] = sa.case((spent, sa.literal(now, UTCDateTime())), else_=None)
+        values["finished_at"] = sa.case(
+            (sa.or_(stop, spent), sa.literal(now, UTCDateTime())), else_=None
+        )
     else:
-        values["status"] = D.value
+        values["status"] = sa.case((stop, C.value), else_=D.value)
         values["finished_at"] = now
     row = conn.execute(
         sa.update(jobs).where(_is_mine(ref)).values(**values).returning(jobs.c.status)
@@ -241,8 +255,12 @@ def fail(
             extra={"action": "lease_lost", "job_id": ref.id},
         )
         return None
+    status = JobStatus(row.status)
+    if status is C:
+        # Not an error to group or alert on: an operator stopped the job.
+        outcome, print_ = AttemptOutcome.CANCELLED, None
     _record_attempt(conn, ref, outcome, clean, now, print_)
-    return JobStatus(row.status)
+    return status
 
 
 def bury_undecodable(conn: sa.Connection, ref: JobRef, problem: str, *, now: datetime) -> bool:
@@ -263,21 +281,64 @@ def snooze(conn: sa.Connection, ref: JobRef, *, until: datetime, now: datetime) 
     """Hand the job back without counting the attempt (rate limit, open breaker, shutdown).
 
     The attempt counter is decremented again because the handler never ran (or was
-    stopped by us, not by the job).
+    stopped by us, not by the job). False when the lease was lost. See `hand_back`.
     """
+    return hand_back(conn, ref, until=until, now=now) is not None
+
+
+def hand_back(
+    conn: sa.Connection,
+    ref: JobRef,
+    *,
+    until: datetime,
+    now: datetime,
+    reason: str = "handed back",
+) -> JobStatus | None:
+    """`snooze`, answering where the job went: `queued` until `until`, or — for a job with
+    a cancel request — `cancelled`, its attempt recorded with `reason` (snoozed, released
+    at shutdown). None when the lease was lost."""
+    stop = _cancel_requested()
     row = conn.execute(
         sa.update(jobs)
         .where(_is_mine(ref), jobs.c.attempts > 0)
         .values(
-            status=Q.value,
-            attempts=jobs.c.attempts - 1,
+            status=sa.case((stop, C.value), else_=Q.value),
+            attempts=sa.case((stop, jobs.c.attempts), else_=jobs.c.attempts - 1),
             next_run_at=until,
+            finished_at=sa.case((stop, sa.literal(now, UTCDateTime())), else_=jobs.c.finished_at),
             updated_at=now,
             **_RELEASE_LOCK,
         )
+        .returning(jobs.c.status)
+    ).first()
+    if row is None:
+        return None
+    if row.status == C.value:
+        note = f"Cancelled: the attempt was {reason} after the cancel request"
+        _record_attempt(conn, ref, AttemptOutcome.CANCELLED, note, now)
+    return JobStatus(row.status)
+
+
+def stop_cancelled(conn: sa.Connection, ref: JobRef, *, error: str, now: datetime) -> bool:
+    """End a running job whose cancel request its worker carried out (the handler stopped
+    on `ctx.cancelled`, or was stopped hard after the grace): `cancelled`, the attempt
+    recorded `cancelled` with `error`. Fenced like every worker write, and only for a job
+    that has a cancel request. False when nothing was written."""
+    row = conn.execute(
+        sa.update(jobs)
+        .where(_is_mine(ref), _cancel_requested())
+        .values(status=C.value, finished_at=now, updated_at=now, **_RELEASE_LOCK)
         .returning(jobs.c.id)
     ).first()
-    return row is not None
+    if row is None:
+        log.warning(
+            "lease lost; cancellation of job %s ignored",
+            ref.id,
+            extra={"action": "lease_lost", "job_id": ref.id},
+        )
+        return False
+    _record_attempt(conn, ref, AttemptOutcome.CANCELLED, sanitize_error(error), now)
+    return True
 
 
 def record_progress(conn: sa.Connection, ref: JobRef, progress: dict[str, Any]) -> bool:
@@ -309,6 +370,7 @@ def rescue_expired(
 ) -> list[tuple[int, JobStatus]]:
     """Reaper step: jobs whose lease expired (their worker died or hung) go back to
     `failed` with backoff, or to `dead` when their attempts are spent. Error: "worker lost".
+    A job an operator asked to cancel is not retried: it ends `cancelled` (see `fail`).
     """
     query = (
         sa.select(

@@ -102,6 +102,14 @@ class Settings:
     shutdown_timeout_seconds: float = setting(
         30.0, "grace period for running jobs on SIGTERM", group=WORKER
     )
+    cancel_grace_seconds: float = setting(
+        10.0,
+        "after an operator cancels a running job, how long its handler has to stop on "
+        "`ctx.cancelled` before the worker stops it hard (the worker hears of the cancel "
+        "with its next heartbeat)",
+        group=WORKER,
+        minimum=0,
+    )
     leader_lease_seconds: float | None = setting(
         None,
         "maintenance leader's lease; a new leader takes over after it",

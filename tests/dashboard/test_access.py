@@ -28,6 +28,8 @@ EXPECTED_ROLES = {
     "jobdesk.actions.retry": "operator",
     "jobdesk.actions.ignore": "operator",
     "jobdesk.actions.cancel_job": "operator",
+    "jobdesk.actions.cancel_preview": "operator",
+    "jobdesk.actions.cancel_matching": "operator",
     "jobdesk.actions.fix_form": "operator",
     "jobdesk.actions.fix": "operator",
     "jobdesk.actions.bulk": "operator",
@@ -72,12 +74,18 @@ GET_PAGES = [
     "/schedules",
     "/workers",
 ]
-OPERATOR_GETS = ["/jobs/1/fix", "/dead/bulk?action=retry&ids=1", "/jobs/1/payload.json"]
+OPERATOR_GETS = [
+    "/jobs/1/fix",
+    "/dead/bulk?action=retry&ids=1",
+    "/jobs/1/payload.json",
+    "/jobs/cancel?status=queued",
+]
 ADMIN_GETS = ["/operators"]
 POSTS = {
     "/jobs/1/retry": {},
     "/jobs/1/ignore": {"reason": "x"},
     "/jobs/1/cancel": {"reason": "x"},
+    "/jobs/cancel": {"status": "queued", "reason": "x", "low": "1", "high": "1"},
     "/jobs/1/fix": {"payload": "{}"},
     "/dead/bulk": {"action": "retry", "ids": "1"},
     "/alerts/1/acknowledge": {"note": "x"},

@@ -14,7 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
+from jobdesk.shared.core.claim import JobRef
+from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.transitions import stop_cancelled
 from tests.e2e.conftest import PASSWORD, Seeded
 
 pytestmark = pytest.mark.e2e
@@ -251,3 +254,45 @@ def test_on_call_pauses_the_nightly_report_and_runs_it_now(
             ).scalars()
         )
     assert actions == ["schedule.pause", "schedule.run", "schedule.resume"]
+
+
+def test_on_call_cancels_a_running_report(
+    page: Any, live_server: Server, screenshot_dir: Path, backend: str, engine: sa.Engine
+) -> None:
+    base, _ = live_server
+    with engine.begin() as conn:
+        running = sa.select(jobs.c.id).where(
+            jobs.c.status == "running", jobs.c.job_type == "report.generate"
+        )
+        report_id = conn.execute(running).scalar_one()
+        # The worker's claim: the lease the worker's own writes are fenced by.
+        conn.execute(sa.update(jobs).where(jobs.c.id == report_id).values(lease_token=41))
+    log_in(page, base, "sam")
+    page.goto(f"{base}/jobs?status=running")
+    page.locator(f"#job-{report_id}").get_by_role("link", name=f"#{report_id}").click()
+    page.get_by_label("Reason for cancelling").fill("started for the wrong month")
+    page.get_by_role("button", name="Stop and cancel this job").click()
+    page.locator(".flash-success", has_text=f"Asked the worker running job #{report_id}").wait_for()
+    banner = page.locator(f"#job-{report_id}-cancel")
+    assert re.search(r"Cancel requested by sam at \d\d:\d\d UTC", banner.inner_text())
+    assert "hard stop by" in banner.inner_text()
+    assert page.get_by_role("button", name="Stop and cancel this job").count() == 0
+    shoot(page, screenshot_dir, "cancel-requested", backend)
+    # Its worker hears of the request with its next heartbeat and stops the handler.
+    with engine.begin() as conn:
+        row = conn.execute(sa.select(jobs).where(jobs.c.id == report_id)).one()
+        ref = JobRef(row.id, 41, row.attempts, str(row.locked_by), row.started_at)
+        assert stop_cancelled(conn, ref, error="Cancelled: stopped on request", now=db_now(conn))
+    page.reload()
+    banner = page.locator(f"#job-{report_id}-cancel")
+    text = banner.inner_text()
+    assert re.search(
+        r"Cancelled by sam at \d\d:\d\d UTC \(.*\) — “started for the wrong month”", text
+    )
+    assert page.locator(".badge.outcome-cancelled").is_visible()
+    with engine.connect() as conn:
+        asked = sa.select(audit_log.c.reason).where(
+            audit_log.c.action == "cancel", audit_log.c.job_id == report_id
+        )
+        reasons = list(conn.execute(asked).scalars())
+    assert reasons == ["started for the wrong month"]

@@ -2,7 +2,8 @@
 
 A `RuleBasedStateMachine` drives the shared functions the worker, the reaper and the
 dashboard use — enqueue, claim, complete, fail, snooze, lease expiry + `rescue_expired`,
-cancel, triage (retry as a new job, ignore) and writes with stale leases — in random
+cancel, cancel requests on running jobs and the worker's stop, triage (retry as a new
+job, ignore) and writes with stale leases — in random
 orders, on SQLite and on PostgreSQL. A small model predicts each job's status and
 attempts; after every step the database is compared with the model and with the
 previous snapshot:
@@ -12,6 +13,7 @@ previous snapshot:
 - at most one `running` job per group key;
 - dead jobs never change, except for the resolution fields;
 - every requeued dead job has its audit row and its new job; every cancel is audited;
+- a running job with a cancel request never goes back to the queue or to `failed`/`dead`;
 - a succeeded job has exactly one `succeeded` attempt row.
 
 Time is the model's own clock (`now`), passed to every function, so a "lease expiry"
@@ -90,6 +92,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.due: dict[int, datetime] = {}
         self.held: dict[int, Held] = {}
         self.stale: list[JobRef] = []
+        #: Jobs with a cancel request (asked while running).
+        self.asked: set[int] = set()
         self.keys: dict[str, int] = {}
         self.snapshot: dict[int, dict[str, Any]] = {}
 
@@ -101,6 +105,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.held.pop(job_id, None)
 
     def _after_failure(self, job_id: int, retry: bool) -> JobStatus:
+        if job_id in self.asked:
+            return C
         spent = self.attempts[job_id] >= self.max_attempts[job_id]
         return F if retry and not spent else D
 
@@ -216,10 +222,35 @@ class LifecycleMachine(RuleBasedStateMachine):
         until = self.now + timedelta(seconds=3)
         with self._begin() as conn:
             assert transitions.snooze(conn, self.held[j].ref, until=until, now=self.now)
-        self.status[j] = Q
-        self.attempts[j] -= 1
-        self.due[j] = until
+        if j in self.asked:
+            self.status[j] = C  # a cancel request is not handed back to the queue
+        else:
+            self.status[j] = Q
+            self.attempts[j] -= 1
+            self.due[j] = until
         self._release(j)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def request_cancel_running(self, data: st.DataObject) -> None:
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.held)), unique=True, min_size=1))
+        with self._begin() as conn:
+            asked = decisions.request_cancel(conn, ids, actor="model", reason="x", now=self.now)
+        assert set(asked) == set(ids) - self.asked, "only new requests on running jobs"
+        self.asked.update(asked)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def stop_on_request(self, data: st.DataObject) -> None:
+        j = data.draw(st.sampled_from(sorted(self.held)))
+        with self._begin() as conn:
+            stopped = transitions.stop_cancelled(
+                conn, self.held[j].ref, error="Cancelled: model", now=self.now
+            )
+        assert stopped == (j in self.asked), f"job {j}: stop without a request"
+        if stopped:
+            self.status[j] = C
+            self._release(j)
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data())
@@ -261,7 +292,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._release(j)
 
     @precondition(lambda self: bool(self.stale))
-    @rule(data=st.data(), how=st.sampled_from(["complete", "fail", "snooze", "extend"]))
+    @rule(data=st.data(), how=st.sampled_from(["complete", "fail", "snooze", "extend", "stop"]))
     def write_with_stale_lease(self, data: st.DataObject, how: str) -> None:
         ref = data.draw(st.sampled_from(self.stale))
         with self._begin() as conn:
@@ -271,6 +302,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                 changed = transitions.fail(conn, ref, error="late", retry_at=None, now=self.now)
             elif how == "snooze":
                 changed = transitions.snooze(conn, ref, until=self.now, now=self.now)
+            elif how == "stop":
+                changed = transitions.stop_cancelled(conn, ref, error="late", now=self.now)
             else:
                 changed = transitions.extend_lease(conn, [ref], lease_seconds=LEASE, now=self.now)
         assert not changed, f"a write with a lost lease ({how}) changed job {ref.id}"
@@ -366,6 +399,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert rows[row["retried_from_id"]]["resolution"] == "requeued"
             if row["status"] == C.value:
                 assert any(a["job_id"] == j and a["action"] == "cancel" for a in audits)
+        for j in self.asked:
+            assert rows[j]["status"] in (R.value, S.value, C.value), f"asked job {j} requeued"
+            assert rows[j]["cancelled_by"] == "model"
         successes: dict[int, int] = {}
         for job_id, outcome in attempt_rows:
             if outcome == "succeeded":

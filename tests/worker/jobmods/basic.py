@@ -102,3 +102,14 @@ def hog(payload: dict[str, Any], ctx: JobContext) -> int:
     timeout cannot fire, since the timeout check is Python code too)."""
     _mark(ctx, {"phase": "started"})
     return sum(range(int(payload.get("n", 10**13))))
+
+
+@job("t.cooperative", backoff=FAST, timeout=60)
+def cooperative(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Works in small steps and stops as soon as `ctx.cancelled` is set."""
+    _mark(ctx, {"start": time.time()})
+    for step in range(int(payload.get("steps", 600))):
+        if ctx.cancelled.wait(0.1):
+            raise RuntimeError(f"stopped at step {step}: cancelled")
+    with ctx.engine.begin() as conn:
+        record_effect(conn, f"end:{ctx.job_id}:{ctx.attempt}", job_id=ctx.job_id, detail={})
