@@ -4,6 +4,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
     .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--concurrency 200]
                                          [--rounds 3] [--only postgresql|sqlite]
                                          [--skip-raw] [--skip-pgqueuer]
+                                         [--via-pgbouncer]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is
@@ -21,6 +22,9 @@ ratio of the medians. Compare ratios from one run, never absolute figures across
 - raw: one thread, claim 100 rows per statement (`FOR UPDATE SKIP LOCKED`), mark them
   succeeded per batch. It writes no attempt rows and no results: a floor for what any
   Python worker can do here, on Jobdesk's own table.
+- `--via-pgbouncer` adds `jobdesk-pgbouncer`: the same worker with `JOBDESK_PGBOUNCER=1`
+  through a private PgBouncer (transaction pooling, `tests/pgbouncer.py`), LISTEN on a
+  direct connection (`JOBDESK_LISTEN_URL`), in the same rounds as the direct worker.
 
 `--ci-guard`: `GUARD_JOBS` jobs, `GUARD_ROUNDS` alternating rounds of Jobdesk and the raw
 loop on PostgreSQL; prints the figures and exits non-zero when the median of the rounds'
@@ -143,9 +147,11 @@ class Measured(NamedTuple):
     """CPU µs per job of the consumer process (the raw loop: of this process)"""
 
 
-def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> Measured:
+def run_worker(
+    url: str, engine: sa.Engine, n: int, concurrency: int, extra_env: dict[str, str] | None = None
+) -> Measured:
     """One `jobdesk worker` drains the backlog; jobs/s by the database's timestamps."""
-    env = dict(os.environ, JOBDESK_DATABASE_URL=url)
+    env = dict(os.environ, JOBDESK_DATABASE_URL=url, **(extra_env or {}))
     proc = subprocess.Popen(
         [
             str(JOBDESK),
@@ -212,8 +218,9 @@ def run_raw_postgres(url: str, n: int) -> Measured:
     return Measured(n / elapsed, cpu / n * 1e6)
 
 
-#: The three consumers, by the names the output uses.
+#: The consumers, by the names the output uses.
 WORKER, PGQUEUER, RAW = "jobdesk", "pgqueuer", "raw"
+BOUNCED = "jobdesk-pgbouncer"
 Drain = Callable[[int], Measured]
 
 
@@ -240,7 +247,25 @@ def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> di
             return run_raw_postgres(url, n)
 
         drains[RAW] = raw_drain
+    if BOUNCED in systems:
+        sys.path.insert(0, str(HERE.parent))
+        from tests.pgbouncer import PgBouncer
+
+        bouncer = PgBouncer(*_host_port(url)).start()
+        bounced_url = bouncer.url_for(url)
+        direct_listen = {"JOBDESK_PGBOUNCER": "1", "JOBDESK_LISTEN_URL": url}
+
+        def bounced_drain(n: int) -> Measured:
+            reset_and_fill(engine, n)
+            return run_worker(bounced_url, engine, n, concurrency, direct_listen)
+
+        drains[BOUNCED] = bounced_drain
     return drains
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parsed = sa.make_url(url)
+    return parsed.host or "127.0.0.1", parsed.port or 5432
 
 
 def rounds(drains: dict[str, Drain], n: int, count: int) -> dict[str, list[Measured]]:
@@ -272,7 +297,7 @@ def summary(backend: str, n: int, results: dict[str, list[Measured]]) -> dict[st
     line = f"{backend:<10} {n:>7} jobs  median of {len(next(iter(results.values())))}  "
     line += "   ".join(parts)
     print(line, flush=True)
-    for peer in (PGQUEUER, RAW):
+    for peer in (PGQUEUER, RAW, BOUNCED):
         if WORKER in rates and peer in rates:
             # Each round's ratio compares drains run back to back, under the same load from
             # elsewhere; the median of those is the figure to trust on a shared machine.
@@ -321,6 +346,11 @@ def main() -> None:
     parser.add_argument("--only", choices=["postgresql", "sqlite"])
     parser.add_argument("--skip-raw", action="store_true")
     parser.add_argument("--skip-pgqueuer", action="store_true")
+    parser.add_argument(
+        "--via-pgbouncer",
+        action="store_true",
+        help="also drain with the worker through a private PgBouncer (transaction pooling)",
+    )
     parser.add_argument("--ci-guard", action="store_true", help="see the module docstring")
     args = parser.parse_args()
     server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
@@ -331,6 +361,7 @@ def main() -> None:
         systems = [WORKER]
         systems += [] if args.skip_pgqueuer else [PGQUEUER]
         systems += [] if args.skip_raw else [RAW]
+        systems += [BOUNCED] if args.via_pgbouncer else []
         drains = postgres_drains(server, systems, args.concurrency)
         jobdesk_rate: dict[int, float] = {}
         for n in args.jobs:
