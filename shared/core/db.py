@@ -16,7 +16,9 @@ are set with `set_config(…, true)` — `SET LOCAL` — at the start of every t
 instead; psycopg's server-side prepared statements are off (PgBouncer before 1.21 would
 hand a statement prepared on one server connection to a client on another). Work that
 runs one statement in autocommit on a direct connection runs in a transaction there,
-so its deadline holds too (`one_statement`).
+so its deadline holds too (`one_statement`). With `JOBDESK_DB_TIMEOUTS_FROM_ROLE` the
+role's or database's own `statement_timeout` (`ALTER ROLE … SET`) bounds every
+statement instead, at no cost per transaction; a connection without one is refused.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ def _make_sqlite_engine(url: str, begin: str) -> Engine:
 
 #: A transaction left open this long by a stuck client is ended by the server.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 600_000
+#: Execution option of an engine whose connections go through PgBouncer.
+POOLED = "jobdesk_pooled"
 #: Execution option of an engine that sets its deadlines per transaction (PgBouncer).
 TRANSACTION_DEADLINES = "jobdesk_transaction_deadlines"
 
@@ -135,10 +139,13 @@ def _make_postgresql_engine(
         "keepalives_count": 3,
     }
     execution_options: dict[str, Any] = {}
+    per_transaction = settings.pgbouncer and not settings.db_timeouts_from_role
     if settings.pgbouncer:
         connect_args["prepare_threshold"] = None
+        execution_options[POOLED] = True
+    if per_transaction:
         execution_options[TRANSACTION_DEADLINES] = deadlines_sql(statement_timeout_ms)
-    else:
+    if not settings.pgbouncer:
         connect_args["options"] = (
             f"-c statement_timeout={statement_timeout_ms}"
             f" -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
@@ -154,8 +161,10 @@ def _make_postgresql_engine(
         connect_args=connect_args,
         execution_options=execution_options,
     )
-    if settings.pgbouncer:
+    if per_transaction:
         event.listen(engine, "begin", _set_transaction_deadlines)
+    elif settings.pgbouncer:
+        event.listen(engine, "connect", _require_role_timeout)
     return engine
 
 
@@ -189,6 +198,28 @@ def _set_transaction_deadlines(connection: sa.Connection) -> None:
         raise sa.exc.DBAPIError.instance(
             sql, None, exc, psycopg.Error, connection_invalidated=True
         ) from exc
+
+
+def _require_role_timeout(dbapi_connection: Any, _record: Any) -> None:
+    """`connect` hook with `JOBDESK_DB_TIMEOUTS_FROM_ROLE`: the deadline is the server's
+    default for this role and database, so a connection without one is refused."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout'")
+        milliseconds = cursor.fetchone()[0]
+    dbapi_connection.rollback()
+    if not milliseconds:
+        dbapi_connection.close()  # the pool never takes it: nothing else would close it
+        raise SettingsError(
+            "JOBDESK_DB_TIMEOUTS_FROM_ROLE is on but statement_timeout is 0 for this role and "
+            "database, so statements would have no deadline: run ALTER ROLE <user> SET "
+            "statement_timeout = '30s' (or ALTER DATABASE … SET), or turn the setting off to "
+            "set it in every transaction"
+        )
+
+
+def is_pooled(bind: sa.Connection | Engine) -> bool:
+    """True when `bind` connects through PgBouncer (`JOBDESK_PGBOUNCER`)."""
+    return POOLED in bind.get_execution_options()
 
 
 def sets_deadlines_per_transaction(bind: sa.Connection | Engine) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import sets_deadlines_per_transaction
+from jobdesk.shared.core.db import is_pooled
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
 
 
@@ -24,7 +24,7 @@ def listen_url(engine: sa.Engine, configured: str | None) -> sa.URL | None:
     (the session it runs in serves other clients next): None, the worker polls."""
     if configured:
         return sa.make_url(configured)
-    if sets_deadlines_per_transaction(engine):
+    if is_pooled(engine):
         return None
     return engine.url
 

@@ -84,6 +84,14 @@ class Settings:
         "transaction (`SET LOCAL`) and LISTEN needs `JOBDESK_LISTEN_URL`",
         group=CORE,
     )
+    db_timeouts_from_role: bool = setting(
+        False,
+        "with `JOBDESK_PGBOUNCER`: the role's or database's own `statement_timeout` "
+        "(`ALTER ROLE … SET statement_timeout = '30s'`) bounds every statement instead of a "
+        "`SET LOCAL` per transaction — one round trip less per transaction, and the claim stays "
+        "one autocommit statement; a connection whose `statement_timeout` is 0 is refused",
+        group=CORE,
+    )
     listen_url: str | None = setting(
         None,
         "a direct PostgreSQL URL (not through PgBouncer) for the worker's LISTEN connection",

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.dashboard import create_app
 from jobdesk.shared.core.claim import claim
-from jobdesk.shared.core.db import make_engine, one_statement
+from jobdesk.shared.core.db import make_engine, one_statement, sets_deadlines_per_transaction
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.notifications import listen_url
 from jobdesk.shared.core.transitions import complete
@@ -148,7 +148,7 @@ def test_workers_drain_retries_timeouts_and_a_fenced_rescue_through_pgbouncer(
         slow = enqueue(conn, "t.sleep", {"seconds": 4, "first_only": True})
     started = wait_for(lambda: effect_rows(engine, f"run:{slow}:1"), 15)
     holder = job_row(engine, slow).locked_by
-    frozen = next(w for w in (first, second) if str(w.pid) in (holder or ""))
+    frozen = next(w for w in (first, second) if f":{w.pid}:" in (holder or ""))
     frozen.signal(signal.SIGSTOP)
     try:
         wait_for(lambda: job_row(engine, slow).status == "succeeded", 20)
@@ -266,6 +266,29 @@ def test_a_connection_pgbouncer_dropped_is_thrown_away_not_pooled(
     held.close()
     with engine.begin() as conn:
         assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    engine.dispose()
+
+
+def test_deadlines_from_the_role_need_no_statement_per_transaction(
+    single_server_connection: BouncedDatabase,
+) -> None:
+    database = single_server_connection
+    from_role = dataclasses.replace(BOUNCED, db_timeouts_from_role=True)
+    refused = make_engine(database.bounced_url, settings=from_role)
+    with pytest.raises(SettingsError, match="statement_timeout is 0 for this role"):
+        refused.connect()
+    refused.dispose()
+    database.bouncer.admin("RECONNECT")  # the next server connection sees the default
+    with psycopg.connect(database.direct_url.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE \"{_dbname(database)}\" SET statement_timeout = '300ms'")
+    engine = make_engine(database.bounced_url, settings=from_role)
+    assert not sets_deadlines_per_transaction(engine)
+    assert one_statement(engine).get_execution_options()["isolation_level"] == "AUTOCOMMIT"
+    for bind in (engine, one_statement(engine)):
+        with pytest.raises(sa.exc.OperationalError, match="statement timeout"), bind.begin() as c:
+            c.execute(sa.text("SELECT pg_sleep(3)"))
+    with engine.begin() as conn:  # nothing was sent to set it: it is the database's own
+        assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "300ms"
     engine.dispose()
 
 
