@@ -4,7 +4,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
     .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--concurrency 200]
                                          [--rounds 3] [--only postgresql|sqlite]
                                          [--skip-raw] [--skip-pgqueuer]
-                                         [--via-pgbouncer]
+                                         [--via-pgbouncer] [--database NAME]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is
@@ -24,7 +24,9 @@ ratio of the medians. Compare ratios from one run, never absolute figures across
   Python worker can do here, on Jobdesk's own table.
 - `--via-pgbouncer` adds `jobdesk-pgbouncer`: the same worker with `JOBDESK_PGBOUNCER=1`
   through a private PgBouncer (transaction pooling, `tests/pgbouncer.py`), LISTEN on a
-  direct connection (`JOBDESK_LISTEN_URL`), in the same rounds as the direct worker.
+  direct connection (`JOBDESK_LISTEN_URL`), in the same rounds as the direct worker; and
+  `jobdesk-pgbouncer-role`: the same with `JOBDESK_DB_TIMEOUTS_FROM_ROLE=1` (the bench
+  database gets `ALTER DATABASE … SET statement_timeout = '30s'`).
 
 `--ci-guard`: `GUARD_JOBS` jobs, `GUARD_ROUNDS` alternating rounds of Jobdesk and the raw
 loop on PostgreSQL; prints the figures and exits non-zero when the median of the rounds'
@@ -79,15 +81,15 @@ UPDATE jobdesk_jobs SET status = 'succeeded', finished_at = now(), updated_at = 
 """
 
 
-def fresh_postgres(server: str | None = None) -> str:
+def fresh_postgres(server: str | None = None, database: str = PG_DATABASE) -> str:
     server = server or os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     base = sa.make_url(server)
     admin = sa.create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{PG_DATABASE}"'))
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
     admin.dispose()
-    url = base.set(database=PG_DATABASE).render_as_string(hide_password=False)
+    url = base.set(database=database).render_as_string(hide_password=False)
     upgrade(make_engine(url, settings=Settings()))
     return url
 
@@ -220,13 +222,15 @@ def run_raw_postgres(url: str, n: int) -> Measured:
 
 #: The consumers, by the names the output uses.
 WORKER, PGQUEUER, RAW = "jobdesk", "pgqueuer", "raw"
-BOUNCED = "jobdesk-pgbouncer"
+BOUNCED, BOUNCED_ROLE = "jobdesk-pgbouncer", "jobdesk-pgbouncer-role"
 Drain = Callable[[int], Measured]
 
 
-def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> dict[str, Drain]:
+def postgres_drains(
+    server: str, systems: Sequence[str], concurrency: int, database: str = PG_DATABASE
+) -> dict[str, Drain]:
     """One fresh database per system; each drain starts from a fresh backlog of n."""
-    url = fresh_postgres(server)
+    url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
     drains: dict[str, Drain] = {}
     if WORKER in systems:
@@ -251,15 +255,21 @@ def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> di
         sys.path.insert(0, str(HERE.parent))
         from tests.pgbouncer import PgBouncer
 
+        # Before PgBouncer opens a server connection, so every one starts with it.
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text(f'ALTER DATABASE "{database}" SET statement_timeout = 30000'))
         bouncer = PgBouncer(*_host_port(url)).start()
         bounced_url = bouncer.url_for(url)
-        direct_listen = {"JOBDESK_PGBOUNCER": "1", "JOBDESK_LISTEN_URL": url}
+        per_transaction = {"JOBDESK_PGBOUNCER": "1", "JOBDESK_LISTEN_URL": url}
+        from_role = per_transaction | {"JOBDESK_DB_TIMEOUTS_FROM_ROLE": "1"}
 
-        def bounced_drain(n: int) -> Measured:
+        def bounced_drain(n: int, env: dict[str, str]) -> Measured:
             reset_and_fill(engine, n)
-            return run_worker(bounced_url, engine, n, concurrency, direct_listen)
+            return run_worker(bounced_url, engine, n, concurrency, env)
 
-        drains[BOUNCED] = bounced_drain
+        drains[BOUNCED] = lambda n: bounced_drain(n, per_transaction)
+        drains[BOUNCED_ROLE] = lambda n: bounced_drain(n, from_role)
     return drains
 
 
@@ -297,7 +307,7 @@ def summary(backend: str, n: int, results: dict[str, list[Measured]]) -> dict[st
     line = f"{backend:<10} {n:>7} jobs  median of {len(next(iter(results.values())))}  "
     line += "   ".join(parts)
     print(line, flush=True)
-    for peer in (PGQUEUER, RAW, BOUNCED):
+    for peer in (PGQUEUER, RAW, BOUNCED, BOUNCED_ROLE):
         if WORKER in rates and peer in rates:
             # Each round's ratio compares drains run back to back, under the same load from
             # elsewhere; the median of those is the figure to trust on a shared machine.
@@ -322,8 +332,8 @@ GUARD_ROUNDS = 3
 GUARD_FLOOR = 0.40
 
 
-def ci_guard(server: str, concurrency: int) -> int:
-    drains = postgres_drains(server, [WORKER, RAW], concurrency)
+def ci_guard(server: str, concurrency: int, database: str = PG_DATABASE) -> int:
+    drains = postgres_drains(server, [WORKER, RAW], concurrency, database)
     results = rounds(drains, GUARD_JOBS, GUARD_ROUNDS)
     rates = summary("postgresql", GUARD_JOBS, results)
     ratios = round_ratios(results, RAW)
@@ -352,17 +362,23 @@ def main() -> None:
         help="also drain with the worker through a private PgBouncer (transaction pooling)",
     )
     parser.add_argument("--ci-guard", action="store_true", help="see the module docstring")
+    parser.add_argument(
+        "--database",
+        default=PG_DATABASE,
+        help="name of the bench database (dropped and re-created; default %(default)s) — "
+        "another name keeps two runs on one server apart",
+    )
     args = parser.parse_args()
     server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     if args.ci_guard:
-        sys.exit(ci_guard(server, args.concurrency))
+        sys.exit(ci_guard(server, args.concurrency, args.database))
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:
         systems = [WORKER]
         systems += [] if args.skip_pgqueuer else [PGQUEUER]
         systems += [] if args.skip_raw else [RAW]
         systems += [BOUNCED] if args.via_pgbouncer else []
-        drains = postgres_drains(server, systems, args.concurrency)
+        drains = postgres_drains(server, systems, args.concurrency, args.database)
         jobdesk_rate: dict[int, float] = {}
         for n in args.jobs:
             rates = summary("postgresql", n, rounds(drains, n, args.rounds))
