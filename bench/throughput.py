@@ -26,7 +26,8 @@ ratio of the medians. Compare ratios from one run, never absolute figures across
   through a private PgBouncer (transaction pooling, `tests/pgbouncer.py`), LISTEN on a
   direct connection (`JOBDESK_LISTEN_URL`), in the same rounds as the direct worker; and
   `jobdesk-pgbouncer-role`: the same with `JOBDESK_DB_TIMEOUTS_FROM_ROLE=1` (the bench
-  database gets `ALTER DATABASE … SET statement_timeout = '30s'`).
+  database gets `ALTER DATABASE … SET statement_timeout = '30s'` and `jit = off`, as the
+  production guide says; the direct worker then runs without JIT too).
 
 `--ci-guard`: `GUARD_JOBS` jobs, `GUARD_ROUNDS` alternating rounds of Jobdesk and the raw
 loop on PostgreSQL; prints the figures and exits non-zero when the median of the rounds'
@@ -259,6 +260,7 @@ def postgres_drains(
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(sa.text(f'ALTER DATABASE "{database}" SET statement_timeout = 30000'))
+            conn.execute(sa.text(f'ALTER DATABASE "{database}" SET jit = off'))
         bouncer = PgBouncer(*_host_port(url)).start()
         bounced_url = bouncer.url_for(url)
         per_transaction = {"JOBDESK_PGBOUNCER": "1", "JOBDESK_LISTEN_URL": url}

@@ -169,11 +169,17 @@ def _make_postgresql_engine(
 
 
 def deadlines_sql(statement_timeout_ms: int) -> str:
-    """One statement setting both timeouts for the current transaction only."""
+    """One statement setting both timeouts for the current transaction only, and JIT off.
+
+    Without prepared statements every claim is planned with its parameter values, and
+    that plan's cost estimate crosses `jit_above_cost`: PostgreSQL then compiled the
+    claim on every execution (91 ms of a 98 ms claim at a 20,000-job backlog). Riding on
+    the same statement, turning JIT off costs nothing.
+    """
     return (
         f"SELECT set_config('statement_timeout', '{int(statement_timeout_ms)}', true), "
         "set_config('idle_in_transaction_session_timeout', "
-        f"'{IDLE_IN_TRANSACTION_TIMEOUT_MS}', true)"
+        f"'{IDLE_IN_TRANSACTION_TIMEOUT_MS}', true), set_config('jit', 'off', true)"
     )
 
 
