@@ -4,6 +4,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
     .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--concurrency 200]
                                          [--rounds 3] [--only postgresql|sqlite]
                                          [--skip-raw] [--skip-pgqueuer]
+                                         [--via-pgbouncer] [--database NAME]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is
@@ -21,6 +22,12 @@ ratio of the medians. Compare ratios from one run, never absolute figures across
 - raw: one thread, claim 100 rows per statement (`FOR UPDATE SKIP LOCKED`), mark them
   succeeded per batch. It writes no attempt rows and no results: a floor for what any
   Python worker can do here, on Jobdesk's own table.
+- `--via-pgbouncer` adds `jobdesk-pgbouncer`: the same worker with `JOBDESK_PGBOUNCER=1`
+  through a private PgBouncer (transaction pooling, `tests/pgbouncer.py`), LISTEN on a
+  direct connection (`JOBDESK_LISTEN_URL`), in the same rounds as the direct worker; and
+  `jobdesk-pgbouncer-role`: the same with `JOBDESK_DB_TIMEOUTS_FROM_ROLE=1` (the bench
+  database gets `ALTER DATABASE … SET statement_timeout = '30s'` and `jit = off`, as the
+  production guide says; the direct worker then runs without JIT too).
 
 `--ci-guard`: `GUARD_JOBS` jobs, `GUARD_ROUNDS` alternating rounds of Jobdesk and the raw
 loop on PostgreSQL; prints the figures and exits non-zero when the median of the rounds'
@@ -75,15 +82,15 @@ UPDATE jobdesk_jobs SET status = 'succeeded', finished_at = now(), updated_at = 
 """
 
 
-def fresh_postgres(server: str | None = None) -> str:
+def fresh_postgres(server: str | None = None, database: str = PG_DATABASE) -> str:
     server = server or os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     base = sa.make_url(server)
     admin = sa.create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{PG_DATABASE}"'))
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
     admin.dispose()
-    url = base.set(database=PG_DATABASE).render_as_string(hide_password=False)
+    url = base.set(database=database).render_as_string(hide_password=False)
     upgrade(make_engine(url, settings=Settings()))
     return url
 
@@ -143,9 +150,11 @@ class Measured(NamedTuple):
     """CPU µs per job of the consumer process (the raw loop: of this process)"""
 
 
-def run_worker(url: str, engine: sa.Engine, n: int, concurrency: int) -> Measured:
+def run_worker(
+    url: str, engine: sa.Engine, n: int, concurrency: int, extra_env: dict[str, str] | None = None
+) -> Measured:
     """One `jobdesk worker` drains the backlog; jobs/s by the database's timestamps."""
-    env = dict(os.environ, JOBDESK_DATABASE_URL=url)
+    env = dict(os.environ, JOBDESK_DATABASE_URL=url, **(extra_env or {}))
     proc = subprocess.Popen(
         [
             str(JOBDESK),
@@ -212,14 +221,17 @@ def run_raw_postgres(url: str, n: int) -> Measured:
     return Measured(n / elapsed, cpu / n * 1e6)
 
 
-#: The three consumers, by the names the output uses.
+#: The consumers, by the names the output uses.
 WORKER, PGQUEUER, RAW = "jobdesk", "pgqueuer", "raw"
+BOUNCED, BOUNCED_ROLE = "jobdesk-pgbouncer", "jobdesk-pgbouncer-role"
 Drain = Callable[[int], Measured]
 
 
-def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> dict[str, Drain]:
+def postgres_drains(
+    server: str, systems: Sequence[str], concurrency: int, database: str = PG_DATABASE
+) -> dict[str, Drain]:
     """One fresh database per system; each drain starts from a fresh backlog of n."""
-    url = fresh_postgres(server)
+    url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
     drains: dict[str, Drain] = {}
     if WORKER in systems:
@@ -240,7 +252,32 @@ def postgres_drains(server: str, systems: Sequence[str], concurrency: int) -> di
             return run_raw_postgres(url, n)
 
         drains[RAW] = raw_drain
+    if BOUNCED in systems:
+        sys.path.insert(0, str(HERE.parent))
+        from tests.pgbouncer import PgBouncer
+
+        # Before PgBouncer opens a server connection, so every one starts with it.
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text(f'ALTER DATABASE "{database}" SET statement_timeout = 30000'))
+            conn.execute(sa.text(f'ALTER DATABASE "{database}" SET jit = off'))
+        bouncer = PgBouncer(*_host_port(url)).start()
+        bounced_url = bouncer.url_for(url)
+        per_transaction = {"JOBDESK_PGBOUNCER": "1", "JOBDESK_LISTEN_URL": url}
+        from_role = per_transaction | {"JOBDESK_DB_TIMEOUTS_FROM_ROLE": "1"}
+
+        def bounced_drain(n: int, env: dict[str, str]) -> Measured:
+            reset_and_fill(engine, n)
+            return run_worker(bounced_url, engine, n, concurrency, env)
+
+        drains[BOUNCED] = lambda n: bounced_drain(n, per_transaction)
+        drains[BOUNCED_ROLE] = lambda n: bounced_drain(n, from_role)
     return drains
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parsed = sa.make_url(url)
+    return parsed.host or "127.0.0.1", parsed.port or 5432
 
 
 def rounds(drains: dict[str, Drain], n: int, count: int) -> dict[str, list[Measured]]:
@@ -272,7 +309,7 @@ def summary(backend: str, n: int, results: dict[str, list[Measured]]) -> dict[st
     line = f"{backend:<10} {n:>7} jobs  median of {len(next(iter(results.values())))}  "
     line += "   ".join(parts)
     print(line, flush=True)
-    for peer in (PGQUEUER, RAW):
+    for peer in (PGQUEUER, RAW, BOUNCED, BOUNCED_ROLE):
         if WORKER in rates and peer in rates:
             # Each round's ratio compares drains run back to back, under the same load from
             # elsewhere; the median of those is the figure to trust on a shared machine.
@@ -297,8 +334,8 @@ GUARD_ROUNDS = 3
 GUARD_FLOOR = 0.40
 
 
-def ci_guard(server: str, concurrency: int) -> int:
-    drains = postgres_drains(server, [WORKER, RAW], concurrency)
+def ci_guard(server: str, concurrency: int, database: str = PG_DATABASE) -> int:
+    drains = postgres_drains(server, [WORKER, RAW], concurrency, database)
     results = rounds(drains, GUARD_JOBS, GUARD_ROUNDS)
     rates = summary("postgresql", GUARD_JOBS, results)
     ratios = round_ratios(results, RAW)
@@ -321,17 +358,29 @@ def main() -> None:
     parser.add_argument("--only", choices=["postgresql", "sqlite"])
     parser.add_argument("--skip-raw", action="store_true")
     parser.add_argument("--skip-pgqueuer", action="store_true")
+    parser.add_argument(
+        "--via-pgbouncer",
+        action="store_true",
+        help="also drain with the worker through a private PgBouncer (transaction pooling)",
+    )
     parser.add_argument("--ci-guard", action="store_true", help="see the module docstring")
+    parser.add_argument(
+        "--database",
+        default=PG_DATABASE,
+        help="name of the bench database (dropped and re-created; default %(default)s) — "
+        "another name keeps two runs on one server apart",
+    )
     args = parser.parse_args()
     server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     if args.ci_guard:
-        sys.exit(ci_guard(server, args.concurrency))
+        sys.exit(ci_guard(server, args.concurrency, args.database))
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:
         systems = [WORKER]
         systems += [] if args.skip_pgqueuer else [PGQUEUER]
         systems += [] if args.skip_raw else [RAW]
-        drains = postgres_drains(server, systems, args.concurrency)
+        systems += [BOUNCED] if args.via_pgbouncer else []
+        drains = postgres_drains(server, systems, args.concurrency, args.database)
         jobdesk_rate: dict[int, float] = {}
         for n in args.jobs:
             rates = summary("postgresql", n, rounds(drains, n, args.rounds))

@@ -4,7 +4,8 @@ whether the fleet fits in what the server allows.
 Per process: the runtime's pool (claim, completer, heartbeat, maintenance) with its
 overflow, the handlers' pool with its overflow, and one LISTEN connection. For the
 fleet: that times `JOBDESK_FLEET_PROCESSES` (hosts times processes per host), against
-`max_connections` minus the slots PostgreSQL keeps for superusers. A worker refuses to
+`max_connections` minus the slots PostgreSQL keeps for superusers. Behind PgBouncer only
+the direct LISTEN connection counts (PgBouncer's pool stands for the rest). A worker refuses to
 start when the configured fleet cannot fit, and warns when this process alone would
 push the server past its limit given what is connected already.
 """
@@ -42,6 +43,10 @@ class Budget:
 
 
 def budget_for(total_slots: int, settings: Settings, runtime_pool: int) -> Budget:
+    if settings.pgbouncer:
+        # Both pools connect to PgBouncer, whose own pool (default_pool_size per database
+        # and user) is what the server sees; only the LISTEN connection goes direct.
+        return Budget(0, 0, 1 if settings.listen_url else 0)
     handler_pool = min(total_slots, settings.db_pool_size)
     return Budget(_with_overflow(runtime_pool), _with_overflow(handler_pool), 1)
 

@@ -29,13 +29,13 @@ WAIT_SECONDS = 1.0
 class Listener(threading.Thread):
     def __init__(
         self,
-        engine: sa.Engine,
+        url: sa.URL,
         on_queues: Callable[[list[str] | None], None],
         *,
         connect_timeout: float,
     ) -> None:
         super().__init__(name="jobdesk-listener", daemon=True)
-        self._engine = engine
+        self._url = url
         self._on_queues = on_queues
         self._connect_timeout = connect_timeout
         self._stop_event = threading.Event()
@@ -50,7 +50,7 @@ class Listener(threading.Thread):
         while not self._stop_event.is_set():
             conn: psycopg.Connection[Any] | None = None
             try:
-                conn = listen_connection(self._engine, connect_timeout=self._connect_timeout)
+                conn = listen_connection(self._url, connect_timeout=self._connect_timeout)
                 self.connected.set()
                 if backoff.failures:
                     self._on_queues(None)  # may have missed notifications meanwhile

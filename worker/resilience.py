@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.errors import missing_schema
+from jobdesk.shared.core.errors import missing_schema, with_pooler_hint
 
 #: Errors that mean "the database is unreachable or refused this round"; anything else
 #: is a bug and is logged with its stack, then retried the same way.
@@ -58,7 +58,7 @@ class OutageLog:
             first = not self._down
             self._down = True
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        message = detail[0] if detail else type(exc).__name__
+        message = with_pooler_hint(detail[0]) if detail else type(exc).__name__
         schema = missing_schema(exc)
         if first and schema is not None:
             # Reachable but not migrated (often: the migration job has not run yet).

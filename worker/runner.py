@@ -9,6 +9,7 @@ Threads and what they own:
 - heartbeat: extends held leases and the `workers` row, and hears of cancel requests
   (`heartbeat.Heartbeat`);
 - listener (PostgreSQL): LISTEN wakes the dispatcher on enqueue (`listener.Listener`);
+  behind PgBouncer only with `JOBDESK_LISTEN_URL`, otherwise polling alone;
 - APScheduler: leader election and maintenance (`maintenance.scheduler.Maintenance`).
 
 The dispatcher claims for a group only when there may be work: at start, after a claim
@@ -43,7 +44,8 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import DatabaseClock
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.db import is_postgresql, one_statement
+from jobdesk.shared.core.notifications import listen_url
 from jobdesk.shared.core.worker_registry import (
     deregister_worker,
     mark_stopping,
@@ -148,13 +150,10 @@ class Runner:
         self._claim_retry_at = 0.0
         self._claim_outage = OutageLog(log, "claim")
         # PostgreSQL: a claim is ONE statement, atomic on its own; in autocommit it runs
-        # and commits in one round trip instead of three (BEGIN, claim, COMMIT).
+        # and commits in one round trip instead of three (BEGIN, claim, COMMIT) — except
+        # behind PgBouncer, where only a transaction carries its deadline.
         # SQLite keeps its `BEGIN IMMEDIATE` transaction (the claim reads the clock first).
-        self._claim_conn = HeldConnection(
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if is_postgresql(engine)
-            else engine
-        )
+        self._claim_conn = HeldConnection(one_statement(engine))
         self.claimed_total = 0
         self.outcomes: Counter[str] = Counter()
         self.pools: dict[str, SlotPool] = {
@@ -188,9 +187,10 @@ class Runner:
             skew=self._skew,
         )
         self.listener: Listener | None = None
-        if is_postgresql(engine):
+        wake_url = listen_url(engine, settings.listen_url) if is_postgresql(engine) else None
+        if wake_url is not None:
             self.listener = Listener(
-                engine, self._on_queues, connect_timeout=settings.db_connect_timeout_seconds
+                wake_url, self._on_queues, connect_timeout=settings.db_connect_timeout_seconds
             )
         self.maintenance = Maintenance(
             MaintenanceContext(
@@ -275,6 +275,13 @@ class Runner:
         self.heartbeat.start()
         if self.listener is not None:
             self.listener.start()
+        elif is_postgresql(self.engine):
+            log.info(
+                "no LISTEN through PgBouncer: new jobs are found by polling every %gs "
+                "(set JOBDESK_LISTEN_URL to a direct connection to wake on enqueue)",
+                self.config.poll_interval_seconds,
+                extra={"action": "listen_off", "worker_id": self.worker_id},
+            )
         self.maintenance.start()
         log.info(
             "worker %s started: %s; %d job types; lease %gs, poll %gs",

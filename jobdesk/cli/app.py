@@ -79,7 +79,7 @@ def user_errors(func: Callable[P, T]) -> Callable[P, T]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         import sqlalchemy as sa
 
-        from jobdesk.shared.core.errors import JobdeskError
+        from jobdesk.shared.core.errors import JobdeskError, with_pooler_hint
         from jobdesk.shared.settings import SettingsError
 
         try:
@@ -92,7 +92,9 @@ def user_errors(func: Callable[P, T]) -> Callable[P, T]:
                 raise click.ClickException(
                     f"database error: {detail} (run `jobdesk migrate` first)"
                 ) from None
-            raise click.ClickException(f"database unavailable: {detail}") from None
+            raise click.ClickException(
+                f"database unavailable: {with_pooler_hint(detail)}"
+            ) from None
         except sa.exc.ProgrammingError as exc:
             detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             if "does not exist" in detail or "no such table" in detail:

@@ -195,6 +195,8 @@ def worker(
 def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Settings) -> None:
     """Refuse a fleet that cannot fit in the server's max_connections; warn when this
     process alone might not (PostgreSQL only; SQLite has no connection limit)."""
+    import sqlalchemy as sa
+
     from jobdesk.shared.core.capacity import server_capacity
     from jobdesk.shared.core.db import is_postgresql
     from jobdesk.worker.budget import BudgetError, budget_for, check_budget
@@ -202,9 +204,21 @@ def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Sett
 
     if not is_postgresql(engine):
         return
-    with engine.connect() as conn:
-        capacity = server_capacity(conn)
     budget = budget_for(total_slots, settings, RESERVED_CONNECTIONS)
+    if not budget.per_process:
+        return  # behind PgBouncer without a LISTEN connection: nothing goes direct
+    try:
+        with engine.connect() as conn:
+            capacity = server_capacity(conn)
+    except sa.exc.OperationalError as exc:
+        # The worker waits for the database like after any outage; it never exits for it.
+        detail = str(exc.orig or exc).strip().splitlines()
+        click.echo(
+            "warning: connection budget not checked, the database is unavailable "
+            f"({detail[0] if detail else type(exc).__name__})",
+            err=True,
+        )
+        return
     try:
         warning = check_budget(budget, settings, capacity)
     except BudgetError as exc:

@@ -8,13 +8,25 @@ for deferred transactions with `sqlite_begin="DEFERRED"`.
 
 PostgreSQL: psycopg 3, a sized pool with pre-ping, connect timeout, TCP keepalives and a
 statement timeout so no call can hang forever when the server or network stalls.
+
+Behind PgBouncer in transaction pooling mode (`JOBDESK_PGBOUNCER`) a server connection
+serves one client for one transaction only, so nothing may live in the session: the
+timeouts cannot travel as the startup `options` (PgBouncer refuses the parameter) and
+are set with `set_config(…, true)` — `SET LOCAL` — at the start of every transaction
+instead; psycopg's server-side prepared statements are off (PgBouncer before 1.21 would
+hand a statement prepared on one server connection to a client on another). Work that
+runs one statement in autocommit on a direct connection runs in a transaction there,
+so its deadline holds too (`one_statement`). With `JOBDESK_DB_TIMEOUTS_FROM_ROLE` the
+role's or database's own `statement_timeout` (`ALTER ROLE … SET`) bounds every
+statement instead, at no cost per transaction; a connection without one is refused.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
@@ -22,6 +34,8 @@ from sqlalchemy.engine import Engine, make_url
 from jobdesk.shared.settings import Settings, SettingsError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+BindT = TypeVar("BindT", sa.Connection, Engine)
 
 
 class SerializedJSON(str):
@@ -104,11 +118,39 @@ def _make_sqlite_engine(url: str, begin: str) -> Engine:
     return engine
 
 
+#: A transaction left open this long by a stuck client is ended by the server.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 600_000
+#: Execution option of an engine whose connections go through PgBouncer.
+POOLED = "jobdesk_pooled"
+#: Execution option of an engine that sets its deadlines per transaction (PgBouncer).
+TRANSACTION_DEADLINES = "jobdesk_transaction_deadlines"
+
+
 def _make_postgresql_engine(
     url: sa.URL, settings: Settings, pool_size: int, application_name: str
 ) -> Engine:
     statement_timeout_ms = int(settings.db_statement_timeout_seconds * 1000)
-    return sa.create_engine(
+    connect_args: dict[str, Any] = {
+        "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+        "application_name": application_name,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+    execution_options: dict[str, Any] = {}
+    per_transaction = settings.pgbouncer and not settings.db_timeouts_from_role
+    if settings.pgbouncer:
+        connect_args["prepare_threshold"] = None
+        execution_options[POOLED] = True
+    if per_transaction:
+        execution_options[TRANSACTION_DEADLINES] = deadlines_sql(statement_timeout_ms)
+    if not settings.pgbouncer:
+        connect_args["options"] = (
+            f"-c statement_timeout={statement_timeout_ms}"
+            f" -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        )
+    engine = sa.create_engine(
         url,
         json_serializer=dump_json,
         pool_size=pool_size,
@@ -116,14 +158,85 @@ def _make_postgresql_engine(
         pool_pre_ping=True,
         pool_recycle=1800,
         pool_timeout=max(settings.db_connect_timeout_seconds, 5.0),
-        connect_args={
-            "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
-            "application_name": application_name,
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-            "options": f"-c statement_timeout={statement_timeout_ms}"
-            " -c idle_in_transaction_session_timeout=600000",
-        },
+        connect_args=connect_args,
+        execution_options=execution_options,
     )
+    if per_transaction:
+        event.listen(engine, "begin", _set_transaction_deadlines)
+    elif settings.pgbouncer:
+        event.listen(engine, "connect", _require_role_timeout)
+    return engine
+
+
+def deadlines_sql(statement_timeout_ms: int) -> str:
+    """One statement setting both timeouts for the current transaction only, and JIT off.
+
+    Without prepared statements every claim is planned with its parameter values, and
+    that plan's cost estimate crosses `jit_above_cost`: PostgreSQL then compiled the
+    claim on every execution (91 ms of a 98 ms claim at a 20,000-job backlog). Riding on
+    the same statement, turning JIT off costs nothing.
+    """
+    return (
+        f"SELECT set_config('statement_timeout', '{int(statement_timeout_ms)}', true), "
+        "set_config('idle_in_transaction_session_timeout', "
+        f"'{IDLE_IN_TRANSACTION_TIMEOUT_MS}', true), set_config('jit', 'off', true)"
+    )
+
+
+def _set_transaction_deadlines(connection: sa.Connection) -> None:
+    """`begin` hook of a PgBouncer engine: bound the transaction that starts now.
+
+    psycopg opens the transaction (BEGIN) with this statement. An autocommit connection
+    has no transaction to bound; `one_statement` keeps Jobdesk's own work off them.
+    """
+    sql = connection.get_execution_options().get(TRANSACTION_DEADLINES)
+    driver: Any = connection.connection.driver_connection
+    if sql is None or driver.autocommit:
+        return
+    try:
+        driver.execute(sql)
+    except psycopg.Error as exc:
+        # Raised outside SQLAlchemy's own execution, so nothing would discard the
+        # connection: a fresh transaction that cannot even set its timeouts has lost its
+        # server (PgBouncer answers `server conn crashed?` after a restart), and the
+        # pool must not hand it out again.
+        connection.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            sql, None, exc, psycopg.Error, connection_invalidated=True
+        ) from exc
+
+
+def _require_role_timeout(dbapi_connection: Any, _record: Any) -> None:
+    """`connect` hook with `JOBDESK_DB_TIMEOUTS_FROM_ROLE`: the deadline is the server's
+    default for this role and database, so a connection without one is refused."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout'")
+        milliseconds = cursor.fetchone()[0]
+    dbapi_connection.rollback()
+    if not milliseconds:
+        dbapi_connection.close()  # the pool never takes it: nothing else would close it
+        raise SettingsError(
+            "JOBDESK_DB_TIMEOUTS_FROM_ROLE is on but statement_timeout is 0 for this role and "
+            "database, so statements would have no deadline: run ALTER ROLE <user> SET "
+            "statement_timeout = '30s' (or ALTER DATABASE … SET), or turn the setting off to "
+            "set it in every transaction"
+        )
+
+
+def is_pooled(bind: sa.Connection | Engine) -> bool:
+    """True when `bind` connects through PgBouncer (`JOBDESK_PGBOUNCER`)."""
+    return POOLED in bind.get_execution_options()
+
+
+def sets_deadlines_per_transaction(bind: sa.Connection | Engine) -> bool:
+    """True behind PgBouncer: statements are bounded only inside a transaction."""
+    return TRANSACTION_DEADLINES in bind.get_execution_options()
+
+
+def one_statement(bind: BindT) -> BindT:
+    """`bind` for work that is one statement at a time on PostgreSQL: autocommit (the
+    statement runs and commits in one round trip, no BEGIN or COMMIT) on a direct
+    connection; unchanged behind PgBouncer, where only a transaction carries a deadline."""
+    if not is_postgresql(bind) or sets_deadlines_per_transaction(bind):
+        return bind
+    return bind.execution_options(isolation_level="AUTOCOMMIT")

@@ -25,6 +25,17 @@ def missing_schema(exc: BaseException) -> SchemaMissingError | None:
     return SchemaMissingError(first) if missing and "jobdesk_" in first else None
 
 
+def with_pooler_hint(detail: str) -> str:
+    """`detail` of a failed connection, plus what to do when PgBouncer refused the
+    connection parameters Jobdesk sends to a PostgreSQL server directly."""
+    if "unsupported startup parameter" in detail:
+        return (
+            f"{detail} (this is PgBouncer: set JOBDESK_PGBOUNCER=1 to connect through it, "
+            "see the production guide)"
+        )
+    return detail
+
+
 class ValidationError(JobdeskError, ValueError):
     """Input refused before anything was written; `field` names what was wrong."""
 

@@ -3,7 +3,8 @@
 `enqueue` issues `pg_notify` in the enqueuing transaction, so the notification arrives
 when — and only when — the job commits. A worker holds one dedicated autocommit
 connection (outside the engine's pool) that listens; every wait is bounded, so a dead
-server or network is noticed by keepalives and the caller reconnects.
+server or network is noticed by keepalives and the caller reconnects. Behind PgBouncer
+that connection must go straight to the server (`JOBDESK_LISTEN_URL`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,25 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from jobdesk.shared.core.db import is_pooled
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
 
 
-def listen_connection(
-    engine: sa.Engine, *, connect_timeout: float = 5.0
-) -> psycopg.Connection[Any]:
+def listen_url(engine: sa.Engine, configured: str | None) -> sa.URL | None:
+    """Where the worker LISTENs: `JOBDESK_LISTEN_URL` when set, else the engine's own
+    server — except behind PgBouncer, whose transaction pooling cannot keep a LISTEN
+    (the session it runs in serves other clients next): None, the worker polls."""
+    if configured:
+        return sa.make_url(configured)
+    if is_pooled(engine):
+        return None
+    return engine.url
+
+
+def listen_connection(url: sa.URL, *, connect_timeout: float = 5.0) -> psycopg.Connection[Any]:
     """Open a dedicated connection that listens on the enqueue channel."""
-    url = engine.url.set(drivername="postgresql")
     conn = psycopg.connect(
-        url.render_as_string(hide_password=False),
+        url.set(drivername="postgresql").render_as_string(hide_password=False),
         autocommit=True,
         connect_timeout=max(1, int(connect_timeout)),
         application_name="jobdesk-listener",

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.settings.alerts import AlertConfig
-from jobdesk.shared.settings.parsing import Rate, check_host_names, check_networks, networks
+from jobdesk.shared.settings.parsing import (
+    Rate,
+    check_host_names,
+    check_listen_url,
+    check_networks,
+    networks,
+)
 from jobdesk.shared.settings.retention import RetentionPolicy
 from jobdesk.shared.settings.schema import entries, load, reference_markdown, section, setting
 
@@ -38,7 +44,8 @@ TESTS = "Tests, benchmarks and the demo (not for production)"
 KNOWN_ELSEWHERE: dict[str, str] = {
     "JOBDESK_TEST_POSTGRES_URL": "server the test suite creates its databases on "
     "(default `postgresql+psycopg://root@127.0.0.1:5432/test`)",
-    "JOBDESK_CHAOS": "`ci`, `sqlite` or `soak`: run that torture-suite profile inside pytest",
+    "JOBDESK_CHAOS": "`ci`, `pgbouncer`, `sqlite` or `soak`: run that torture-suite profile "
+    "inside pytest",
     "JOBDESK_CHAOS_SEED": "seed of the torture suite's fault schedule in `.ci/run`",
     "JOBDESK_BENCH_POSTGRES_URL": "server the benchmarks create their databases on",
     "JOBDESK_TEST_FAILPOINTS": "crash points armed in a worker by the torture suite "
@@ -69,6 +76,28 @@ class Settings:
     db_connect_timeout_seconds: float = setting(5.0, "PostgreSQL connect timeout", group=CORE)
     db_statement_timeout_seconds: float = setting(
         30.0, "PostgreSQL `statement_timeout`", group=CORE
+    )
+    pgbouncer: bool = setting(
+        False,
+        "the database URL points at PgBouncer in transaction pooling mode: no startup "
+        "`options` and no server-side prepared statements; deadlines are set per "
+        "transaction (`SET LOCAL`) and LISTEN needs `JOBDESK_LISTEN_URL`",
+        group=CORE,
+    )
+    db_timeouts_from_role: bool = setting(
+        False,
+        "with `JOBDESK_PGBOUNCER`: the role's or database's own `statement_timeout` "
+        "(`ALTER ROLE … SET statement_timeout = '30s'`) bounds every statement instead of a "
+        "`SET LOCAL` per transaction — one round trip less per transaction, and the claim stays "
+        "one autocommit statement; a connection whose `statement_timeout` is 0 is refused",
+        group=CORE,
+    )
+    listen_url: str | None = setting(
+        None,
+        "a direct PostgreSQL URL (not through PgBouncer) for the worker's LISTEN connection",
+        group=CORE,
+        shown_default="the database URL; behind PgBouncer unset means workers poll",
+        check=check_listen_url,
     )
 
     # --- worker

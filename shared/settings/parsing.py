@@ -17,6 +17,7 @@ __all__ = [
     "Rate",
     "SettingsError",
     "check_host_names",
+    "check_listen_url",
     "check_networks",
     "networks",
     "parse_bool",
@@ -149,3 +150,20 @@ def check_host_names(name: str, value: object) -> None:
                     f"{name}: {entry!r} is not a host name like jobs.example.com or "
                     ".example.com (no scheme, port or *)"
                 ) from None
+
+
+_POSTGRESQL_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+
+
+def check_listen_url(name: str, value: object) -> None:
+    """A PostgreSQL URL: LISTEN exists only there (SQLite workers always poll)."""
+    if value is None:
+        return
+    assert isinstance(value, str)
+    if not value.startswith(_POSTGRESQL_SCHEMES):
+        # Only the scheme is echoed: the rest of a URL may carry a password.
+        scheme = value.split("://")[0] + "://" if "://" in value else "no scheme"
+        raise SettingsError(
+            f"{name}: not a PostgreSQL URL ({scheme}); use postgresql+psycopg://user@host:5432/db "
+            "(a direct connection to the server, not through PgBouncer)"
+        )

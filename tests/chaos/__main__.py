@@ -1,4 +1,4 @@
-"""`python -m tests.chaos --profile ci|soak|sqlite --seed N [--keep]`: one chaos run.
+"""`python -m tests.chaos --profile ci|pgbouncer|soak|sqlite --seed N [--keep]`: one chaos run.
 
 Exit status 0 when the checker found nothing wrong and every planned fault happened,
 1 otherwise (the figures and each failure are printed either way).

@@ -56,6 +56,7 @@ from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import MAX_ATTEMPTS, metadata
+from tests.pgbouncer import PgBouncer
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 3.0
@@ -107,6 +108,7 @@ class ChaosRun:
         self.rng = random.Random(seed)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"jobdesk-chaos-{profile.name}-"))
         self.pg: PrivatePostgres | None = None
+        self.bouncer: PgBouncer | None = None
         self.engine: sa.Engine | None = None
         self.receiver = WebhookReceiver(random.Random(seed + 1))
         self.sink = SmtpSink()
@@ -127,6 +129,7 @@ class ChaosRun:
         self.out(f"[chaos {self.profile.name} seed={self.seed} {stamp}] {message}")
 
     def _setup(self) -> str:
+        """Everything the run needs; returns the database URL the workers use."""
         if self.profile.backend == "postgresql":
             self.pg = PrivatePostgres().setup()
             url = self.pg.url
@@ -145,6 +148,14 @@ class ChaosRun:
                     conn, name, self.receiver.url(path), allow_private=True, now=now
                 )
                 self.receiver.secrets.append(secret)
+        if self.profile.via_pgbouncer:
+            # The workers go through PgBouncer (transaction pooling) and LISTEN on a
+            # direct connection; the driver's own checks stay direct.
+            assert self.pg is not None
+            self.bouncer = PgBouncer(
+                "127.0.0.1", self.pg.port, users=("postgres",), default_pool_size=20
+            ).start()
+            return self.bouncer.url_for(url)
         return url
 
     def _worker_env(self, url: str) -> dict[str, str]:
@@ -179,6 +190,9 @@ class ChaosRun:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.bouncer is not None and self.pg is not None:
+            env["JOBDESK_PGBOUNCER"] = "1"
+            env["JOBDESK_LISTEN_URL"] = self.pg.url
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         return env
 
@@ -472,7 +486,8 @@ class ChaosRun:
                 cwd=REPO,
             )
             self._log(
-                f"{self.profile.jobs} jobs at {self.profile.rate:g}/s on {self.profile.backend}; "
+                f"{self.profile.jobs} jobs at {self.profile.rate:g}/s on {self.profile.backend}"
+                f"{' through PgBouncer' if self.bouncer else ''}; "
                 f"{self.profile.workers} workers x {self.profile.concurrency}; work dir "
                 f"{self.workdir}"
             )
@@ -601,6 +616,8 @@ class ChaosRun:
             self.sink.stop()
         if self.engine is not None:
             self.engine.dispose()
+        if self.bouncer is not None:
+            self.bouncer.stop()
         if self.pg is not None:
             self.pg.teardown()
         if not self.keep:

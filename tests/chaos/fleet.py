@@ -153,7 +153,10 @@ class Fleet:
                 events.append((slot.index, "killed"))
             elif slot.expected == "term":
                 self.graceful += 1
-                if code != 0:
+                if code == -signal.SIGKILL and (name := self._fired(slot)):
+                    # Its armed crash point fired while it finished its jobs after SIGTERM.
+                    self.failpoints[name] += 1
+                elif code != 0:
                     self.unexpected.append(f"worker {slot.index}: exit {code} after SIGTERM")
                 events.append((slot.index, "terminated"))
             elif code == -signal.SIGKILL and (name := self._fired(slot)):

@@ -35,6 +35,8 @@ class Profile:
     recovery_limit: float = 10.0
     budget: float = 300.0
     """Seconds the whole run (set-up to verdict) may take; over it is a failure."""
+    via_pgbouncer: bool = False
+    """Workers connect through a private PgBouncer in transaction pooling mode."""
 
     @property
     def duration(self) -> float:
@@ -78,6 +80,29 @@ PROFILES: dict[str, Profile] = {
         terminations=2,
         receiver_faults=6,
         budget=300.0,
+    ),
+    # The same faults through PgBouncer (transaction pooling), kept short for CI: server
+    # restarts and terminated server connections behind the pooler, workers killed and
+    # frozen, crash points armed in the claim/complete path.
+    "pgbouncer": Profile(
+        name="pgbouncer",
+        backend="postgresql",
+        jobs=600,
+        rate=10.0,
+        workers=4,
+        concurrency=4,
+        baseline=10.0,
+        after=15.0,
+        kills=2,
+        failpoint_crashes=3,
+        armed_slots=1,
+        stops=1,
+        pg_fast_restarts=1,
+        pg_immediate_restarts=1,
+        terminations=2,
+        receiver_faults=2,
+        budget=180.0,
+        via_pgbouncer=True,
     ),
     "soak": Profile(
         name="soak",

@@ -41,7 +41,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.db import is_postgresql, sets_deadlines_per_transaction
 from jobdesk.shared.core.effects import find_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
@@ -183,8 +183,9 @@ class Delivery:
 def _statements(engine: sa.Engine) -> Iterator[sa.Connection]:
     """A connection for work that is one statement at a time on PostgreSQL: autocommit
     there (no BEGIN/COMMIT or ROLLBACK round trips around a single statement, which is
-    atomic on its own); SQLite keeps the engine's transaction."""
-    if not is_postgresql(engine):
+    atomic on its own); SQLite, and PostgreSQL behind PgBouncer (where a deadline needs a
+    transaction), keep the engine's transaction."""
+    if not is_postgresql(engine) or sets_deadlines_per_transaction(engine):
         with engine.begin() as conn:
             yield conn
         return
