@@ -70,6 +70,14 @@ class Settings:
     db_statement_timeout_seconds: float = setting(
         30.0, "PostgreSQL `statement_timeout`", group=CORE
     )
+    unknown_types: str = setting(
+        "allow",
+        "`enqueue` of a type neither registered in the process nor published by a worker: "
+        "`allow` (queue `default`, priority 5, 5 attempts, a warning logged once per type) "
+        "or `refuse` (a `ValidationError` naming the type)",
+        group=CORE,
+        choices=("allow", "refuse"),
+    )
 
     # --- worker
     job_modules: tuple[str, ...] = setting(
