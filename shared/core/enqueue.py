@@ -194,8 +194,9 @@ def _defaults_for(conn: sa.Connection, job_type: str) -> TypeDefaults:
         _warned_fallback.add(job_type)
         log.warning(
             "job type %r is not registered in this process and no worker has published it: "
-            "enqueued with the fallback defaults (queue %r, priority %d, %d attempts, the "
-            "worker's timeout); set JOBDESK_UNKNOWN_TYPES=refuse to refuse such jobs",
+            "options left out take the fallback defaults (queue %r, priority %d, %d "
+            "attempts, the worker's timeout); set JOBDESK_UNKNOWN_TYPES=refuse to refuse "
+            "such jobs",
             job_type,
             FALLBACK_DEFAULTS.queue,
             FALLBACK_DEFAULTS.priority,
