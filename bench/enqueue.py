@@ -88,7 +88,7 @@ def percentile(samples: list[float], fraction: float) -> float:
 
 
 def payload(n: int) -> dict[str, Any]:
-    return {"user_id": n, "template": "welcome", "event_id": f"signup:{n}"}
+    return {"to_user_id": n, "template": "welcome", "event_id": f"signup:{n}"}
 
 
 class Backend:
