@@ -45,7 +45,13 @@ import sqlalchemy as sa
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import DatabaseClock
 from jobdesk.shared.core.db import is_postgresql, one_statement
+from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.notifications import listen_url
+from jobdesk.shared.core.published_types import (
+    CACHE_TTL_SECONDS,
+    Republished,
+    publish_defaults,
+)
 from jobdesk.shared.core.worker_registry import (
     deregister_worker,
     mark_stopping,
@@ -262,12 +268,14 @@ class Runner:
                 now = self.clock.now()
                 with self.engine.begin() as conn:
                     self._register(conn, now)
+                    republished = self._publish_defaults(conn, now)
             except DB_ERRORS as exc:
                 delay = backoff.next()
                 outage.failed(exc, delay)
                 self.stopping.wait(delay)
                 continue
             outage.recovered()
+            self._log_republished(republished)
             break
         if self.stopping.is_set():
             return False
@@ -316,6 +324,47 @@ class Runner:
             now=now,
             clock_skew_seconds=self._skew(),
         )
+
+    def _publish_defaults(self, conn: sa.Connection, now: datetime) -> list[Republished]:
+        """Tell enqueueing processes that never import the job modules what this worker
+        declared (queue, priority, attempts, timeout); the last worker to start wins."""
+        declared = {}
+        for name in self.job_types:
+            job_type = self.registry.get(name)
+            if job_type is not None:
+                declared[name] = TypeDefaults(
+                    job_type.queue,
+                    job_type.priority,
+                    job_type.max_attempts,
+                    job_type.timeout_seconds,
+                )
+        return publish_defaults(conn, declared, worker_id=self.worker_id, now=now)
+
+    def _log_republished(self, republished: list[Republished]) -> None:
+        for change in republished:
+            before = change.before.defaults
+            log.warning(
+                "job type %s: this worker's defaults (queue %s, priority %d, %d attempts, "
+                "timeout %ss) replace those published by %s at %s (queue %s, priority %d, "
+                "%d attempts, timeout %ss); enqueueing processes use them within %gs",
+                change.job_type,
+                change.after.queue,
+                change.after.priority,
+                change.after.max_attempts,
+                f"{change.after.timeout_seconds:g}" if change.after.timeout_seconds else "-",
+                change.before.published_by,
+                change.before.published_at.isoformat(timespec="seconds"),
+                before.queue,
+                before.priority,
+                before.max_attempts,
+                f"{before.timeout_seconds:g}" if before.timeout_seconds else "-",
+                CACHE_TTL_SECONDS,
+                extra={
+                    "action": "job_type_republished",
+                    "job_type": change.job_type,
+                    "previous_worker_id": change.before.published_by,
+                },
+            )
 
     def _skew(self) -> float | None:
         return round(self.clock.skew.total_seconds(), 3)

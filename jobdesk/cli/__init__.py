@@ -16,6 +16,7 @@ from jobdesk.cli import jobs as _jobs  # noqa: F401  (registers its commands)
 from jobdesk.cli import queues as _queues  # noqa: F401  (registers its commands)
 from jobdesk.cli import run as _run  # noqa: F401  (registers its commands)
 from jobdesk.cli import schedules as _schedules  # noqa: F401  (registers its commands)
+from jobdesk.cli import types as _types  # noqa: F401  (registers its commands)
 from jobdesk.cli.app import cli
 
 

@@ -505,6 +505,30 @@ def upgrade() -> None:
         batch_op.create_index("ix_jobdesk_workers_last_seen_at", ["last_seen_at"], unique=False)
 
     op.create_table(
+        "jobdesk_job_types",
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("priority", sa.SmallInteger(), nullable=False),
+        sa.Column("max_attempts", sa.Integer(), nullable=False),
+        sa.Column("timeout_seconds", sa.Float(), nullable=True),
+        sa.Column("published_by", sa.String(length=100), nullable=False),
+        sa.Column(
+            "published_at",
+            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            nullable=False,
+        ),
+        sa.CheckConstraint(
+            "max_attempts BETWEEN 1 AND 100", name=op.f("ck_jobdesk_job_types_max_attempts")
+        ),
+        sa.CheckConstraint("priority BETWEEN 0 AND 9", name=op.f("ck_jobdesk_job_types_priority")),
+        sa.CheckConstraint(
+            "timeout_seconds IS NULL OR timeout_seconds > 0",
+            name=op.f("ck_jobdesk_job_types_timeout"),
+        ),
+        sa.PrimaryKeyConstraint("job_type", name=op.f("pk_jobdesk_job_types")),
+    )
+    op.create_table(
         "jobdesk_job_attempts",
         sa.Column(
             "id",
@@ -799,6 +823,7 @@ def downgrade() -> None:
         batch_op.drop_index("ix_jobdesk_workers_last_seen_at")
 
     op.drop_table("jobdesk_workers")
+    op.drop_table("jobdesk_job_types")
     op.drop_table("jobdesk_webhook_endpoints")
     op.drop_table("jobdesk_report_runs")
     op.drop_table("jobdesk_rate_limits")

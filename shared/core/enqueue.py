@@ -4,10 +4,16 @@ Enqueue joins the caller's transaction: pass the SQLAlchemy `Connection` or `Ses
 the app is already writing with, and the job commits or rolls back with the app's own
 rows — "user created but no job" cannot happen. On PostgreSQL a `pg_notify` in the same
 transaction wakes idle workers when (and only when) it commits.
+
+Options left out take the type's defaults: those registered in this process (`@job`,
+the built-in types), else those a worker published (read once per type and cached, see
+`published_types`), else the fallback defaults — or a refusal, with
+`JOBDESK_UNKNOWN_TYPES=refuse`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,11 +26,14 @@ from sqlalchemy.orm import Session, scoped_session
 from jobdesk.shared.core import validation
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.core.job_types import defaults_for
+from jobdesk.shared.core.job_types import FALLBACK_DEFAULTS, TypeDefaults, local_defaults
 from jobdesk.shared.core.payload_checks import refuse_unrunnable
+from jobdesk.shared.core.published_types import published_defaults
 from jobdesk.shared.settings import Settings
 
 __all__ = ["NOTIFY_CHANNEL", "NewJob", "connection_of", "enqueue", "enqueue_many"]
+
+log = logging.getLogger("jobdesk.enqueue")
 
 #: `scoped_session` is what Flask-SQLAlchemy's `db.session` is.
 Bind = sa.Connection | Session | scoped_session[Session]
@@ -99,7 +108,7 @@ def enqueue(
         group_key,
         timeout,
     )
-    row = _row_for(spec, max_payload_bytes or _configured_payload_limit())
+    row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
     return insert_rows(conn, [row])[0]
 
 
@@ -125,9 +134,9 @@ def enqueue_many(
         try:
             # A batch mostly repeats one type with the same options: options that are
             # the very same objects as the previous job's were checked already.
-            options = _same_options(spec, previous) or _options_for(spec)
+            options = _same_options(spec, previous) or _options_for(conn, spec)
             previous = (spec, options)
-            rows.append(_row_for(spec, limit, options))
+            rows.append(_row_for(conn, spec, limit, options))
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     return insert_rows(conn, rows)
@@ -144,6 +153,57 @@ def _configured_payload_limit() -> int:
         settings = Settings.from_env({} if raw is None else {"JOBDESK_MAX_PAYLOAD_BYTES": raw})
         limit = _payload_limit_cache.setdefault(raw, settings.max_payload_bytes)
     return limit
+
+
+_unknown_types_cache: dict[str | None, str] = {}
+
+
+def _configured_unknown_types() -> str:
+    """`JOBDESK_UNKNOWN_TYPES` (`allow` or `refuse`), re-read only when it changes."""
+    raw = os.environ.get("JOBDESK_UNKNOWN_TYPES")
+    policy = _unknown_types_cache.get(raw)
+    if policy is None:
+        settings = Settings.from_env({} if raw is None else {"JOBDESK_UNKNOWN_TYPES": raw})
+        policy = _unknown_types_cache.setdefault(raw, settings.unknown_types)
+    return policy
+
+
+_warned_fallback: set[str] = set()
+
+
+def _defaults_for(conn: sa.Connection, job_type: str) -> TypeDefaults:
+    """This process's declaration, else a worker's published one, else the fallback."""
+    local = local_defaults(job_type)
+    if local is not None:
+        return local
+    published = published_defaults.lookup(conn, job_type)
+    if published is not None:
+        return published
+    if _configured_unknown_types() == "refuse":
+        # "Not published" may be a cached answer from before a worker started: look again
+        # before refusing (refusals are rare; the cache serves the accepted enqueues).
+        published = published_defaults.refresh(conn, job_type)
+        if published is not None:
+            return published
+        raise ValidationError(
+            "job_type",
+            f"job type {job_type!r} is not registered here and no worker has published it: "
+            "import its module (JOBDESK_JOB_MODULES) or start a worker that has it",
+        )
+    if job_type not in _warned_fallback:
+        _warned_fallback.add(job_type)
+        log.warning(
+            "job type %r is not registered in this process and no worker has published it: "
+            "options left out take the fallback defaults (queue %r, priority %d, %d "
+            "attempts, the worker's timeout); set JOBDESK_UNKNOWN_TYPES=refuse to refuse "
+            "such jobs",
+            job_type,
+            FALLBACK_DEFAULTS.queue,
+            FALLBACK_DEFAULTS.priority,
+            FALLBACK_DEFAULTS.max_attempts,
+            extra={"action": "enqueue_fallback_defaults", "job_type": job_type},
+        )
+    return FALLBACK_DEFAULTS
 
 
 _SPEC_FIELDS = frozenset(NewJob.__dataclass_fields__)
@@ -171,9 +231,9 @@ class _Options(NamedTuple):
     timeout: float | None
 
 
-def _options_for(spec: NewJob) -> _Options:
+def _options_for(conn: sa.Connection, spec: NewJob) -> _Options:
     job_type = validation.check_name("job_type", spec.job_type)
-    defaults = defaults_for(job_type)
+    defaults = _defaults_for(conn, job_type)
     queue = validation.check_name("queue", spec.queue if spec.queue is not None else defaults.queue)
     priority = validation.check_priority(
         spec.priority if spec.priority is not None else defaults.priority
@@ -206,8 +266,10 @@ def _same_options(spec: NewJob, previous: tuple[NewJob, _Options] | None) -> _Op
     return options if same else None
 
 
-def _row_for(spec: NewJob, payload_limit: int, options: _Options | None = None) -> JobRow:
-    options = options or _options_for(spec)
+def _row_for(
+    conn: sa.Connection, spec: NewJob, payload_limit: int, options: _Options | None = None
+) -> JobRow:
+    options = options or _options_for(conn, spec)
     row = JobRow(
         options.job_type,
         options.queue,

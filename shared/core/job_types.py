@@ -2,7 +2,10 @@
 
 An app that enqueues `email.send` without naming a queue must land in the queue the
 email workers listen on, even if the app never imports the worker code. The built-in
-types are declared here; `@job` in the worker registers user types the same way.
+types are declared here; `@job` in the worker registers user types the same way. Types
+this process has not registered are looked up in what workers published
+(`jobdesk.shared.core.published_types`); `FALLBACK_DEFAULTS` is what a type nobody
+declared gets, the same as the `jobdesk_jobs` column defaults of a plain-SQL insert.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ BUILTIN_DEFAULTS: dict[str, TypeDefaults] = {
 }
 
 _registered: dict[str, TypeDefaults] = dict(BUILTIN_DEFAULTS)
-_FALLBACK = TypeDefaults()
+#: Queue `default`, priority 5, 5 attempts, no timeout (the worker then applies the
+#: type's own timeout when it runs the job).
+FALLBACK_DEFAULTS = TypeDefaults()
 
 
 def register_defaults(job_type: str, defaults: TypeDefaults) -> None:
@@ -41,7 +46,12 @@ def register_defaults(job_type: str, defaults: TypeDefaults) -> None:
 
 
 def defaults_for(job_type: str) -> TypeDefaults:
-    return _registered.get(job_type, _FALLBACK)
+    return _registered.get(job_type, FALLBACK_DEFAULTS)
+
+
+def local_defaults(job_type: str) -> TypeDefaults | None:
+    """The defaults registered in this process (built in or `@job`), or None."""
+    return _registered.get(job_type)
 
 
 def known_types() -> frozenset[str]:

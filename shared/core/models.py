@@ -347,6 +347,30 @@ class Worker(Base):
     __table_args__ = (sa.Index("ix_jobdesk_workers_last_seen_at", "last_seen_at"),)
 
 
+class PublishedJobType(Base):
+    """The enqueue-time defaults a worker declared for a job type, published at its start
+    so that processes which never import the job's module enqueue it the same way. One
+    row per type: the worker that started last wins."""
+
+    __tablename__ = "jobdesk_job_types"
+
+    job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    priority: Mapped[int] = mapped_column(sa.SmallInteger)
+    max_attempts: Mapped[int] = mapped_column(sa.Integer)
+    timeout_seconds: Mapped[float | None] = mapped_column(sa.Float)
+    published_by: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    published_at: Mapped[datetime] = mapped_column(server_default=utcnow())
+
+    __table_args__ = (
+        sa.CheckConstraint(
+            f"max_attempts BETWEEN {MAX_ATTEMPTS_MIN} AND {MAX_ATTEMPTS_MAX}", name="max_attempts"
+        ),
+        sa.CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority"),
+        sa.CheckConstraint("timeout_seconds IS NULL OR timeout_seconds > 0", name="timeout"),
+    )
+
+
 metadata = Base.metadata
 
 
@@ -360,3 +384,4 @@ effects = table_of(Effect)
 queue_pauses = table_of(QueuePause)
 leases = table_of(Lease)
 workers = table_of(Worker)
+published_job_types = table_of(PublishedJobType)

@@ -99,6 +99,14 @@ class Settings:
         shown_default="the database URL; behind PgBouncer unset means workers poll",
         check=check_listen_url,
     )
+    unknown_types: str = setting(
+        "allow",
+        "`enqueue` of a type neither registered in the process nor published by a worker: "
+        "`allow` (queue `default`, priority 5, 5 attempts, a warning logged once per type) "
+        "or `refuse` (a `ValidationError` naming the type)",
+        group=CORE,
+        choices=("allow", "refuse"),
+    )
 
     # --- worker
     job_modules: tuple[str, ...] = setting(
