@@ -14,6 +14,7 @@ from flask import Flask, request, url_for
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
+from jobdesk.dashboard.refresh import REFRESH_INTERVALS, remembered_refresh
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 
@@ -168,4 +169,6 @@ def install(app: Flask) -> None:
         here=here,
         alert_links=links_for_alert,
         jobs_sharing=jobs_sharing,
+        refresh_intervals=REFRESH_INTERVALS,
+        remembered_refresh=remembered_refresh,
     )
