@@ -135,3 +135,24 @@ def test_support_ticks_nothing_and_presses_retry_selected(
     assert message.count() == 0
     page.get_by_role("button", name="Retry selected…").click()
     page.get_by_role("heading", name="Retry 1 dead job?").wait_for()
+
+
+def test_a_refresh_never_throws_away_a_pause_reason_being_typed(
+    page: Any, live_server: Server
+) -> None:
+    base, _ = live_server
+    log_in(page, base, "sam")
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "/queues" in r.url else None)
+    page.goto(f"{base}/queues")
+    reason = page.get_by_label("Reason for pausing webhooks")
+    reason.fill("CRM maintenance window")
+    polls.clear()
+    page.wait_for_timeout(6_500)  # longer than one 5 s poll
+    assert polls == []
+    assert reason.input_value() == "CRM maintenance window"
+    # Once the field is left empty and unfocused again, the table refreshes as before.
+    reason.fill("")
+    page.locator("h1").click()
+    with page.expect_response(lambda r: r.url == f"{base}/queues", timeout=POLL_WAIT_MS):
+        pass
