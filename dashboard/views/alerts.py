@@ -34,9 +34,9 @@ def index() -> Any:
     refresh = chosen_refresh()
     with db.read() as conn:
         now = db.now(conn)
+        newest = newest_alert_id(conn)  # before the list: a new alert is never missed
         rows = alert_store.list_alerts(conn, status=status, limit=200)
         open_count = alert_store.count_open_alerts(conn)
-        newest = newest_alert_id(conn)
     news_args: dict[str, Any] = {"status": status}
     if newest:
         news_args["newer_than"] = str(newest)

@@ -51,8 +51,10 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
     refresh = chosen_refresh()
     with db.read() as conn:
         now = db.now(conn)
-        page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+        # The mark first: a job committed while the page is read is then announced as
+        # new (even if it is also shown), never silently missed.
         newest_id = newest_job_id(conn) if load and refresh != "off" else 0
+        page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
     news_args: dict[str, Any] = filters.to_args()
     if newest_id:
         news_args["newer_than"] = str(newest_id)
