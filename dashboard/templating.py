@@ -14,6 +14,7 @@ from flask import Flask, request, url_for
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.navigation import here
+from jobdesk.dashboard.refresh import REFRESH_INTERVALS, remembered_refresh
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
@@ -176,4 +177,6 @@ def install(app: Flask) -> None:
         alert_links=links_for_alert,
         jobs_sharing=jobs_sharing,
         cancel_hard_stop_by=cancel_hard_stop_by,
+        refresh_intervals=REFRESH_INTERVALS,
+        remembered_refresh=remembered_refresh,
     )

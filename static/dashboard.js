@@ -2,8 +2,12 @@
 // and eval. It does three things htmx cannot express without eval:
 //  1. sends the CSRF token (from <meta name="csrf-token">) on every htmx request;
 //  2. pauses polling ([data-poll] elements) while the tab is hidden, and refreshes
-//     them once when it becomes visible again;
-//  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]);
+//     them once when it becomes visible again; skips a poll while the operator is
+//     working inside the polled element (typing a reason, focus on a button), so a
+//     refresh never throws away what they typed;
+//  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]), and an
+//     inline message instead of a round trip when "… selected" is pressed with no box
+//     ticked;
 //  4. the phone menu button, and keyboard access to tables wider than the screen.
 (function () {
   "use strict";
@@ -54,9 +58,29 @@
     event.detail.headers["X-CSRF-Token"] = csrfToken();
   });
 
+  // True while the operator is in the middle of something inside `elt`: focus on one of
+  // its form controls, or a text field whose value differs from what the page served.
+  function busyInside(elt) {
+    var active = document.activeElement;
+    if (active && active !== elt && elt.contains(active) &&
+        active.matches("input, textarea, select, button")) {
+      return true;
+    }
+    var fields = elt.querySelectorAll("input[type=text], input[type=search], textarea");
+    for (var i = 0; i < fields.length; i++) {
+      if (fields[i].value !== fields[i].defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;
-    if (document.hidden && elt && elt.hasAttribute && elt.hasAttribute("data-poll")) {
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) {
+      return;
+    }
+    if (document.hidden || busyInside(elt)) {
       event.preventDefault();
     }
   });
@@ -70,6 +94,33 @@
     });
   });
 
+  // "Retry selected…" with nothing ticked: say so next to the buttons (capture phase,
+  // before htmx's boosted submit). Without JavaScript the server answers the same.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form || form.id !== "bulk-form" || form.querySelector('input[name="ids"]:checked')) {
+      return;
+    }
+    event.preventDefault();
+    event.stopPropagation();
+    var submitter = event.submitter;
+    var bar = (submitter && submitter.closest(".bulkbar")) || form;
+    var message = form.querySelector(".selection-empty");
+    if (!message) {
+      message = document.createElement("p");
+      message.className = "flash flash-error selection-empty";
+      message.setAttribute("role", "alert");
+      if (bar === form) {
+        form.appendChild(message);
+      } else {
+        bar.insertAdjacentElement("afterend", message);
+      }
+    }
+    var verb = submitter && submitter.value === "ignore" ? "Ignore" : "Retry";
+    message.textContent = "Nothing selected: tick the jobs to act on, then press " + verb +
+      " selected again.";
+  }, true);
+
   document.addEventListener("change", function (event) {
     var box = event.target;
     if (!box || !box.matches || !box.matches("[data-check-all]")) {
@@ -82,5 +133,15 @@
     form.querySelectorAll('input[type="checkbox"][name="ids"]').forEach(function (item) {
       item.checked = box.checked;
     });
+  });
+
+  // Ticking a box clears the "nothing selected" message.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    var form = box && box.closest && box.closest("#bulk-form");
+    var message = form && form.querySelector(".selection-empty");
+    if (message && form.querySelector('input[name="ids"]:checked')) {
+      message.remove();
+    }
   });
 })();

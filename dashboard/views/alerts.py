@@ -1,5 +1,6 @@
 """Alerts raised by the maintenance checks: open and resolved, each acknowledgeable with
-a note (operator role, audited)."""
+a note (operator role, audited). The page polls `news` for alerts raised since it was
+rendered rather than reloading rows an operator may be typing a note into."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back
+from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.alerts.models import AlertStatus
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.operator.filters import parse_positive_int
+from jobdesk.shared.operator.live import new_alerts, newest_alert_id
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
 
@@ -27,10 +31,15 @@ def index() -> Any:
     status = request.args.get("status", "open")
     if status not in STATUSES:
         raise ValidationError("status", "must be open or resolved")
+    refresh = chosen_refresh()
     with db.read() as conn:
         now = db.now(conn)
+        newest = newest_alert_id(conn)  # before the list: a new alert is never missed
         rows = alert_store.list_alerts(conn, status=status, limit=200)
         open_count = alert_store.count_open_alerts(conn)
+    news_args: dict[str, Any] = {"status": status}
+    if newest:
+        news_args["newer_than"] = str(newest)
     return render(
         "alerts/index.html",
         "alerts/_list.html",
@@ -40,6 +49,26 @@ def index() -> Any:
         open_count=open_count,
         now=now,
         reason_max=REASON_MAX_CHARS,
+        refresh=refresh,
+        news_url=url_for("jobdesk.alerts.news", **news_args),
+    )
+
+
+@bp.get("/alerts/news")
+@auth.requires(Role.VIEWER)
+def news() -> Any:
+    """How many alerts in the page's tab were raised after it was rendered."""
+    status = request.args.get("status", "open")
+    if status not in STATUSES:
+        raise ValidationError("status", "must be open or resolved")
+    newer_than = parse_positive_int("newer_than", request.args.get("newer_than")) or 0
+    with db.read() as conn:
+        found = new_alerts(conn, status, newer_than)
+    return render(
+        "layout/_news.html",
+        found=found,
+        noun="alert",
+        show_url=url_for("jobdesk.alerts.index", status=status),
     )
 
 

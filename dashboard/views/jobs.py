@@ -1,27 +1,35 @@
 """The jobs list (filters, error search, keyset pages, bookmarkable URLs) and one job's
 page (masked payload, attempts, deliveries, report progress, lineage, group lane,
-audit), plus a small status badge that polls only while the job is still active."""
+audit), plus a small status badge that polls only while the job is still active.
+
+The list is live without moving rows: it polls `news` ("3 new since you loaded —
+show", and the shown rows' status swapped in place), and a list of the jobs one action
+made (`from_audit`) shows their progress by status (`progress`) until all are final."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, request, url_for
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
+    MAX_PAGE_SIZE,
     PAGE_SIZES,
     RANGES,
     SORTS,
     TIME_FIELDS,
     UNRESOLVED,
     JobFilters,
+    parse_positive_int,
 )
+from jobdesk.shared.operator.live import action_progress, new_jobs, newest_job_id, row_states
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import (
     Page,
@@ -40,10 +48,21 @@ HTMX_STOP_POLLING = 286
 
 
 def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -> dict[str, Any]:
+    refresh = chosen_refresh()
     with db.read() as conn:
         now = db.now(conn)
+        # The mark first: a job committed while the page is read is then announced as
+        # new (even if it is also shown), never silently missed.
+        newest_id = newest_job_id(conn) if load and refresh != "off" else 0
         page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+    news_args: dict[str, Any] = filters.to_args()
+    if newest_id:
+        news_args["newer_than"] = str(newest_id)
+    if page.items:
+        news_args["shown"] = ",".join(str(job.id) for job in page.items)
     return {
+        "refresh": refresh,
+        "news_url": url_for("jobdesk.jobs.news", **news_args),
         "now": now,
         "filters": filters,
         "args": filters.to_args(),
@@ -73,6 +92,53 @@ def index() -> Any:
         body = render("jobs/list.html", "jobs/_results.html", "job-results", **context)
         return body, 400
     return render("jobs/list.html", "jobs/_results.html", "job-results", **context)
+
+
+def _shown_ids(raw: str | None) -> list[int]:
+    """`shown=1,2,3`: the ids of the rows on the page, at most one page."""
+    if not raw:
+        return []
+    parts = raw.split(",")
+    if len(parts) > MAX_PAGE_SIZE:
+        raise ValidationError(
+            "shown", f"lists {len(parts)} jobs; a page has at most {MAX_PAGE_SIZE}"
+        )
+    return [value for part in parts if (value := parse_positive_int("shown", part.strip()))]
+
+
+@bp.get("/jobs/news")
+@auth.requires(Role.VIEWER)
+def news() -> Any:
+    """How many jobs matching the list's filters arrived after the page was rendered,
+    plus the current status of the rows it shows (swapped in place, out of band)."""
+    filters = JobFilters.from_args(request.args)
+    newer_than = parse_positive_int("newer_than", request.args.get("newer_than")) or 0
+    shown = _shown_ids(request.args.get("shown"))
+    with db.read() as conn:
+        now = db.now(conn)
+        found = new_jobs(conn, filters, newer_than, now=now)
+        states = row_states(conn, shown)
+    args: dict[str, Any] = filters.to_args()
+    return render(
+        "jobs/_news.html",
+        found=found,
+        states=states,
+        show_url=url_for("jobdesk.jobs.index", **args),
+    )
+
+
+@bp.get("/jobs/progress")
+@auth.requires(Role.VIEWER)
+def progress() -> Any:
+    """Counts by status of the jobs one action made; polling stops once all are final."""
+    audit_id = parse_positive_int("from_audit", request.args.get("from_audit"))
+    if audit_id is None:
+        raise ValidationError("from_audit", "is required: the audit entry of the action")
+    with db.read() as conn:
+        found = action_progress(conn, audit_id, now=db.now(conn))
+    body = render("jobs/_progress.html", progress=found)
+    code = HTMX_STOP_POLLING if found.active == 0 else 200
+    return Response(body, status=code, mimetype="text/html")
 
 
 @bp.get("/jobs/<jobdesk_id:job_id>")

@@ -1,19 +1,19 @@
 """The overview: counts by status, queue and type, oldest queued age per queue, the
 24-hour dead-letter trend, open alerts, workers and the leader. The panels refresh
-themselves with htmx polling at an interval from an allow-list (paused while the tab
-is hidden, see static/dashboard.js)."""
+themselves with htmx polling at the operator's remembered interval (`dashboard.refresh`;
+paused while the tab is hidden, see static/dashboard.js)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.alerts import store as alert_store
-from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.queues import paused_queues
 from jobdesk.shared.core.states import JobStatus
@@ -24,8 +24,6 @@ from jobdesk.shared.operator.stats import counts_by_status_queue_type, oldest_qu
 
 bp = Blueprint("overview", __name__)
 
-REFRESH_INTERVALS: tuple[str, ...] = ("5", "15", "60", "off")
-DEFAULT_REFRESH = "5"
 #: A due job waiting longer than this is shown as a warning.
 STALE_QUEUE_SECONDS = 300
 STATUS_ORDER = [str(s) for s in JobStatus]
@@ -85,14 +83,10 @@ def overview_data() -> dict[str, Any]:
 @bp.get("/")
 @auth.requires(Role.VIEWER)
 def index() -> Any:
-    refresh = request.args.get("refresh", DEFAULT_REFRESH)
-    if refresh not in REFRESH_INTERVALS:
-        raise ValidationError("refresh", f"must be one of {', '.join(REFRESH_INTERVALS)}")
     return render(
         "overview/index.html",
         "overview/_panels.html",
         "overview-panels",
-        refresh=refresh,
-        refresh_intervals=REFRESH_INTERVALS,
+        refresh=chosen_refresh(),
         **overview_data(),
     )

@@ -12,6 +12,7 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back
+from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.queues import pause_queue, resume_queue
@@ -39,6 +40,7 @@ def index() -> Any:
         queues=summaries,
         states=SHOWN_STATES,
         now=now,
+        refresh=chosen_refresh(),
         reason_max=REASON_MAX_CHARS,
     )
 

@@ -280,5 +280,14 @@ def bulk() -> Any:
         parts.append(f"{plural(result.already_resolved, 'job')} had already been resolved.")
     if result.unknown_type:
         parts.append(f"{plural(result.unknown_type, 'job')} skipped: their type is unknown.")
-    note(" ".join(parts), "success" if result.done else "info")
+    follow: dict[str, str] = {}
+    if action == "retry" and result.audit_id is not None:
+        # Finish the story: link to exactly the jobs this action made, with their
+        # progress by status refreshing in the message until all are final.
+        follow = {
+            "href": url_for("jobdesk.jobs.index", from_audit=result.audit_id),
+            "link": f"Follow the {plural(result.done, 'new job')}",
+            "progress": url_for("jobdesk.jobs.progress", from_audit=result.audit_id),
+        }
+    note(" ".join(parts), "success" if result.done else "info", **follow)
     return back(fallback)

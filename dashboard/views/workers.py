@@ -9,6 +9,7 @@ from flask import Blueprint
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.worker_registry import list_workers
@@ -36,6 +37,7 @@ def index() -> Any:
         leader=lease,
         leader_valid=lease is not None and lease.valid(now),
         now=now,
+        refresh=chosen_refresh(),
         stale_after=state.worker_stale_after.total_seconds(),
         skew_warning=SKEW_WARNING_SECONDS,
     )

@@ -161,6 +161,9 @@ class JobFilters:
     #: without putting the key (possibly an email or a secret) into the URL.
     group_of: int | None = None
     key_of: int | None = None
+    #: The jobs made by the action that wrote audit entry #N (e.g. every retry of one
+    #: bulk "Retry all"), so the flash after an action can link to exactly those.
+    from_audit: int | None = None
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
 
@@ -208,6 +211,7 @@ class JobFilters:
             retried_from=parse_positive_int("retried_from", _single(args, "retried_from")),
             group_of=parse_positive_int("group_of", _single(args, "group_of")),
             key_of=parse_positive_int("key_of", _single(args, "key_of")),
+            from_audit=parse_positive_int("from_audit", _single(args, "from_audit")),
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.documents import decode_document
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
@@ -136,6 +137,8 @@ def filter_conditions(
             reference = jobs.alias("reference")
             same = sa.select(reference.c[column.name]).where(reference.c.id == job_id)
             conditions.append(column == same.scalar_subquery())
+    if filters.from_audit is not None:
+        conditions.append(jobs.c.id.in_(jobs_made_by_action(filters.from_audit)))
     since, until = filters.window(now)
     column = {
         "created": jobs.c.created_at,
@@ -149,6 +152,28 @@ def filter_conditions(
     if filters.error is not None:
         conditions.append(error_matches(conn, filters.error))
     return conditions
+
+
+def jobs_made_by_action(audit_id: int) -> sa.Select[tuple[int | None]]:
+    """The new jobs of the action that wrote audit entry `audit_id`.
+
+    One action writes all its audit rows in one transaction with one timestamp and actor
+    (`core.audit.record_many`), so the rows sharing entry #N's actor, action and time are
+    that action's — found through the (actor, at) index, at most one bulk cap of rows.
+    """
+    anchor = audit_log.alias("anchor")
+    entries = audit_log.alias("entries")
+    same_action = sa.and_(
+        anchor.c.id == audit_id,
+        entries.c.actor == anchor.c.actor,
+        entries.c.at == anchor.c.at,
+        entries.c.action == anchor.c.action,
+    )
+    return (
+        sa.select(entries.c.new_job_id)
+        .select_from(entries.join(anchor, same_action))
+        .where(entries.c.new_job_id.is_not(None))
+    )
 
 
 # --- the jobs list -----------------------------------------------------------------------

@@ -36,6 +36,7 @@ from jobdesk.shared.core.validation import (
 )
 from jobdesk.shared.core.worker_registry import runnable_types
 from jobdesk.shared.operator.filters import JobFilters
+from jobdesk.shared.operator.live import first_entry_of_action
 from jobdesk.shared.operator.queries import filter_conditions
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
@@ -473,6 +474,9 @@ class BulkResult:
     new_job_ids: list[int] = field(default_factory=list)
     already_resolved: int = 0
     unknown_type: int = 0
+    #: The first audit entry the action wrote (None when it did nothing): the jobs list's
+    #: `from_audit` filter shows exactly the jobs this action made.
+    audit_id: int | None = None
 
 
 def _batches(items: list[int], size: int) -> Iterable[list[int]]:
@@ -505,6 +509,8 @@ def bulk_retry(
         result.done += len(done.new_ids)
         result.new_job_ids.extend(done.new_ids.values())
     result.already_resolved = requested - result.done - result.unknown_type
+    if result.done:
+        result.audit_id = first_entry_of_action(conn, actor=actor, action=AuditAction.RETRY, at=now)
     return result
 
 
