@@ -12,9 +12,10 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
-from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
+from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
+    HOLD_FILTERS,
     PAGE_SIZES,
     RANGES,
     SORTS,
@@ -22,6 +23,7 @@ from jobdesk.shared.operator.filters import (
     UNRESOLVED,
     JobFilters,
 )
+from jobdesk.shared.operator.holds import holds_for_job, holds_for_jobs
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import (
     Page,
@@ -35,6 +37,8 @@ from jobdesk.shared.retention.pruning import tombstone
 
 bp = Blueprint("jobs", __name__)
 
+#: The statuses whose jobs can be held (the list asks why only for these).
+WAITING = frozenset(str(status) for status in CLAIMABLE)
 #: htmx stops polling an element when the response status is 286.
 HTMX_STOP_POLLING = 286
 
@@ -43,11 +47,15 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
     with db.read() as conn:
         now = db.now(conn)
         page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+        holds = holds_for_jobs(
+            conn, [job.id for job in page.items if job.status in WAITING], now=now
+        )
     return {
         "now": now,
         "filters": filters,
         "args": filters.to_args(),
         "page": page,
+        "holds": holds,
         "after": after,
         "statuses": [str(s) for s in JobStatus],
         "resolutions": [UNRESOLVED, *(str(r) for r in Resolution)],
@@ -55,6 +63,7 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
         "page_sizes": PAGE_SIZES,
         "ranges": tuple(RANGES),
         "time_fields": TIME_FIELDS,
+        "hold_filters": HOLD_FILTERS,
         "triage": filters.status == JobStatus.DEAD.value,
     }
 
@@ -94,8 +103,14 @@ def detail(job_id: int) -> Any:
                 retried_as=retries_of(conn, job_id),
                 now=now,
             )
+        holds = holds_for_job(conn, job_id, now=now)
     return render(
-        "jobs/detail.html", detail=found, job=found.job, now=now, final=found.job["status"] in FINAL
+        "jobs/detail.html",
+        detail=found,
+        job=found.job,
+        now=now,
+        final=found.job["status"] in FINAL,
+        holds=holds,
     )
 
 
