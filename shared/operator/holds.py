@@ -83,7 +83,7 @@ class HoldKind(StrEnum):
 
 
 #: Holds a handler meets after the claim, snoozing the job until it re-checks.
-_SNOOZING = frozenset({"endpoint_paused", "breaker_open", "rate_limit"})
+_SNOOZING = frozenset({HoldKind.ENDPOINT_PAUSED, HoldKind.BREAKER_OPEN, HoldKind.RATE_LIMIT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +98,6 @@ class Hold:
     by: str | None = None
     detail: str | None = None
     job_id: int | None = None
-
-    @property
-    def word(self) -> str:
-        """The line's first word: held (an operator or a breaker), waiting, blocked,
-        scheduled."""
-        return {
-            HoldKind.QUEUE_PAUSED: "held",
-            HoldKind.ENDPOINT_PAUSED: "held",
-            HoldKind.BREAKER_OPEN: "held",
-            HoldKind.RATE_LIMIT: "waiting",
-            HoldKind.GROUP_BLOCKED: "blocked",
-            HoldKind.SCHEDULED: "scheduled",
-        }[self.kind]
 
     def text(self, now: datetime) -> str:
         """The whole line, e.g. "held: endpoint crm paused until 08:10 UTC — CRM

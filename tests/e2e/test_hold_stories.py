@@ -57,6 +57,8 @@ def test_on_call_pauses_a_queue_sees_it_held_everywhere_and_resumes_it(
     assert "1 queue paused" in page.get_by_role("status").first.inner_text()
     held.get_by_role("link", name="8 by paused queue email").click()
     page.wait_for_url(re.compile(r".*/jobs\?queue=email&held=queue$"))
+    # the overview's polling target is not inherited: the list replaces the page
+    assert page.locator("h1").all_inner_texts() == ["Jobs"]
     line = page.locator(f"#job-{job_id} .hold-line")
     assert line.inner_text() == "held: queue email paused by sam — SMTP provider incident"
 
@@ -111,6 +113,7 @@ def test_a_delivery_to_a_paused_endpoint_says_it_is_held_and_until_when(
     assert "1 job held:" in held.inner_text()
     held.get_by_role("link", name="1 by paused endpoint crm").click()
     page.wait_for_url(re.compile(r".*/jobs\?webhook=crm&held=endpoint$"))
+    assert page.locator("h1").all_inner_texts() == ["Jobs"]
     line = page.locator(f"#job-{job_id} .hold-line").inner_text()
     assert re.fullmatch(r"held: endpoint crm paused until \d\d:\d\d UTC — CRM maintenance", line)
     shoot(page, screenshot_dir, "jobs-held", backend)

@@ -364,4 +364,11 @@ def test_a_bad_held_filter_is_refused_naming_the_choices() -> None:
 def test_hold_text_for_a_breaker_half_open() -> None:
     hold = Hold(HoldKind.BREAKER_OPEN, "webhook:crm", detail="half-open: one probe is testing it")
     assert hold.text(NOW) == "held: breaker for crm open — half-open: one probe is testing it"
-    assert hold.word == "held"
+
+
+def test_the_destination_keys_are_the_ones_the_handlers_use() -> None:
+    from jobdesk.worker.jobs.email_provider import PROVIDER_KEY
+    from jobdesk.worker.jobs.webhook import breaker_key
+
+    assert holds_module.SMTP_KEY == PROVIDER_KEY
+    assert breaker_key("crm") == "webhook:crm"
