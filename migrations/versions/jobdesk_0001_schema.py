@@ -737,7 +737,7 @@ def _create_counting(postgresql: bool) -> None:
         op.create_index(
             "ix_jobdesk_jobs_waiting_endpoint",
             "jobdesk_jobs",
-            [sa.text("(payload ->> 'endpoint')")],
+            [sa.text("(payload ->> 'endpoint')"), "id"],
             unique=False,
             postgresql_where=sa.text(
                 "job_type = 'webhook.deliver' AND status IN ('failed', 'queued')"

@@ -224,12 +224,13 @@ class Job(Base):
             "next_run_at",
             postgresql_where=sa.text("status = 'queued'"),
         ).ddl_if(dialect="postgresql"),
-        # The waiting deliveries of one webhook endpoint, for "N jobs held by paused
-        # endpoint crm": a bounded probe instead of reading every waiting webhook's
-        # payload. Only waiting deliveries are in it, so a claim takes its row out.
+        # The waiting deliveries of one webhook endpoint, newest first, for "N jobs held
+        # by paused endpoint crm" and the list behind it: a bounded probe instead of
+        # reading every waiting webhook's payload. Only waiting deliveries are in it.
         sa.Index(
             "ix_jobdesk_jobs_waiting_endpoint",
             sa.text("(payload ->> 'endpoint')"),
+            "id",
             postgresql_where=sa.text(WAITING_WEBHOOK_SQL),
         ).ddl_if(dialect="postgresql"),
         sa.Index(
