@@ -270,6 +270,35 @@ def pages(fp: str) -> dict[str, str]:
     }
 
 
+def held_pages() -> dict[str, str]:
+    return {
+        "overview, held, uncached": "/",
+        "held by endpoint crm": "/jobs?webhook=crm&held=endpoint",
+        "held by queue reports": "/jobs?queue=reports&held=queue",
+        "queued, with hold lines": "/jobs?status=queued&page_size=100",
+    }
+
+
+def hold(url: str) -> None:
+    from jobdesk.shared.core.queues import pause_queue
+    from jobdesk.shared.limits.breakers import open_breaker
+    from jobdesk.shared.webhooks.endpoints import pause_endpoint
+
+    engine = make_engine(url)
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO jobdesk_webhook_endpoints (name, url, secret) "
+                "VALUES ('crm', 'https://crm.example.com/hooks', 'whsec_YmVuY2g')"
+            )
+        )
+        pause_endpoint(conn, "crm", actor="bench", reason="CRM maintenance", now=now)
+        pause_queue(conn, "reports", actor="bench", reason="month-end close", now=now)
+        open_breaker(conn, "smtp:default", now, "provider incident")
+    engine.dispose()
+
+
 def measure(client: httpx.Client, path: str, rounds: int) -> list[float]:
     assert client.get(path).status_code == 200, path
     timings = []
@@ -370,6 +399,18 @@ def run(name: str, url: str, total: int, rounds: int) -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
+    # On-call's holds (R26): a paused queue, a paused endpoint (every loaded webhook
+    # delivery goes to crm) and an open SMTP breaker, then the overview counting what
+    # they hold and the lists behind its links, uncached.
+    hold(url)
+    process, base = start_server(url, cache=False)
+    try:
+        client = logged_in_client(base)
+        for label, path in held_pages().items():
+            results.append((label, measure(client, path, rounds)))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
     print(f"{'page':<28} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
     for label, timings in results:
         print(

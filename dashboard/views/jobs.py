@@ -17,9 +17,10 @@ from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
-from jobdesk.shared.core.states import FINAL, JobStatus, Resolution
+from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
+    HOLD_FILTERS,
     MAX_PAGE_SIZE,
     PAGE_SIZES,
     RANGES,
@@ -29,6 +30,7 @@ from jobdesk.shared.operator.filters import (
     JobFilters,
     parse_positive_int,
 )
+from jobdesk.shared.operator.holds import holds_for_job, holds_for_jobs
 from jobdesk.shared.operator.live import action_progress, new_jobs, newest_job_id, row_states
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import (
@@ -43,6 +45,8 @@ from jobdesk.shared.retention.pruning import tombstone
 
 bp = Blueprint("jobs", __name__)
 
+#: The statuses whose jobs can be held (the list asks why only for these).
+WAITING = frozenset(str(status) for status in CLAIMABLE)
 #: htmx stops polling an element when the response status is 286.
 HTMX_STOP_POLLING = 286
 
@@ -55,6 +59,9 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
         # new (even if it is also shown), never silently missed.
         newest_id = newest_job_id(conn) if load and refresh != "off" else 0
         page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+        holds = holds_for_jobs(
+            conn, [job.id for job in page.items if job.status in WAITING], now=now
+        )
     news_args: dict[str, Any] = filters.to_args()
     if newest_id:
         news_args["newer_than"] = str(newest_id)
@@ -67,6 +74,7 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
         "filters": filters,
         "args": filters.to_args(),
         "page": page,
+        "holds": holds,
         "after": after,
         "statuses": [str(s) for s in JobStatus],
         "resolutions": [UNRESOLVED, *(str(r) for r in Resolution)],
@@ -74,6 +82,7 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
         "page_sizes": PAGE_SIZES,
         "ranges": tuple(RANGES),
         "time_fields": TIME_FIELDS,
+        "hold_filters": HOLD_FILTERS,
         "triage": filters.status == JobStatus.DEAD.value,
     }
 
@@ -160,8 +169,14 @@ def detail(job_id: int) -> Any:
                 retried_as=retries_of(conn, job_id),
                 now=now,
             )
+        holds = holds_for_job(conn, job_id, now=now)
     return render(
-        "jobs/detail.html", detail=found, job=found.job, now=now, final=found.job["status"] in FINAL
+        "jobs/detail.html",
+        detail=found,
+        job=found.job,
+        now=now,
+        final=found.job["status"] in FINAL,
+        holds=holds,
     )
 
 

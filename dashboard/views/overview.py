@@ -1,7 +1,8 @@
 """The overview: counts by status, queue and type, oldest queued age per queue, the
-24-hour dead-letter trend, open alerts, workers and the leader. The panels refresh
-themselves with htmx polling at the operator's remembered interval (`dashboard.refresh`;
-paused while the tab is hidden, see static/dashboard.js)."""
+jobs held by paused queues, paused endpoints and open breakers, the 24-hour dead-letter
+trend, open alerts, workers and the leader. The panels refresh themselves with htmx
+polling at the operator's remembered interval (`dashboard.refresh`; paused while the tab
+is hidden, see static/dashboard.js)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,23 @@ from jobdesk.dashboard.state import get_state
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.queues import paused_queues
-from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.core.states import CLAIMABLE, JobStatus
 from jobdesk.shared.core.worker_registry import list_workers
 from jobdesk.shared.operator.dead_letters import dead_trend, unresolved_dead_count
+from jobdesk.shared.operator.holds import held_counts
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
+from jobdesk.shared.operator.stats import (
+    CountRow,
+    counts_by_status_queue_type,
+    oldest_queued_age_by_queue,
+)
 
 bp = Blueprint("overview", __name__)
 
 #: A due job waiting longer than this is shown as a warning.
 STALE_QUEUE_SECONDS = 300
 STATUS_ORDER = [str(s) for s in JobStatus]
+WAITING = frozenset(str(s) for s in CLAIMABLE)
 
 
 def _job_aggregates() -> dict[str, Any]:
@@ -53,6 +60,12 @@ def overview_data() -> dict[str, Any]:
         fleet = list_workers(conn, now=now, stale_after=state.worker_stale_after)
         lease = current_lease(conn, LEADER)
         paused = paused_queues(conn)
+        # From the cached counts, so a queue pause costs no query; the jobs behind a
+        # paused endpoint or an open breaker are one bounded index probe each, and only
+        # while one exists (`shared.operator.holds.held_counts`). Not cached itself: a
+        # pause just made shows on the next refresh.
+        waiting = _waiting_by_queue_type(aggregates["rows"])
+        held = held_counts(conn, now=now, waiting=waiting)
     trend = aggregates["trend"]
     totals = dict.fromkeys(STATUS_ORDER, 0)
     matrix: dict[tuple[str, str], dict[str, int]] = {}
@@ -77,7 +90,21 @@ def overview_data() -> dict[str, Any]:
         "workers_total": len(fleet),
         "leader": lease if lease is not None and lease.valid(now) else None,
         "paused": paused,
+        "held": held,
+        "held_total": sum(h.count for h in held),
+        "held_capped": any(h.capped for h in held),
+        "waiting_total": sum(waiting.values()),
     }
+
+
+def _waiting_by_queue_type(rows: list[CountRow]) -> dict[tuple[str, str], int]:
+    """Queued + failed jobs by (queue, job type): the jobs a hold can stop."""
+    found: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if row.status in WAITING:
+            key = (row.queue, row.job_type)
+            found[key] = found.get(key, 0) + row.count
+    return found
 
 
 @bp.get("/")

@@ -749,8 +749,8 @@ def upgrade() -> None:
 
 def _create_counting(postgresql: bool) -> None:
     """What the operator's counts read instead of every job: the counts table (kept by
-    triggers on PostgreSQL) and, on PostgreSQL, two small partial indexes probed once per
-    dead-letter group / queue."""
+    triggers on PostgreSQL) and, on PostgreSQL, small partial indexes probed once per
+    dead-letter group / queue / held endpoint."""
     if postgresql:
         op.create_index(
             "ix_jobdesk_jobs_dead_unresolved_newest",
@@ -765,6 +765,15 @@ def _create_counting(postgresql: bool) -> None:
             ["queue", "next_run_at"],
             unique=False,
             postgresql_where=sa.text("status = 'queued'"),
+        )
+        op.create_index(
+            "ix_jobdesk_jobs_waiting_endpoint",
+            "jobdesk_jobs",
+            [sa.text("(payload ->> 'endpoint')"), "id"],
+            unique=False,
+            postgresql_where=sa.text(
+                "job_type = 'webhook.deliver' AND status IN ('failed', 'queued')"
+            ),
         )
     op.create_table(
         "jobdesk_job_counts",
@@ -795,6 +804,7 @@ def _drop_counting() -> None:
             op.execute(f"DROP FUNCTION IF EXISTS jobdesk_job_counts_{name}()")
     op.drop_table("jobdesk_job_counts")
     if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_jobdesk_jobs_waiting_endpoint", table_name="jobdesk_jobs")
         op.drop_index("ix_jobdesk_jobs_queued_since", table_name="jobdesk_jobs")
         op.drop_index("ix_jobdesk_jobs_dead_unresolved_newest", table_name="jobdesk_jobs")
 

@@ -64,6 +64,8 @@ _CLAIMABLE_SQL = in_list("status", sorted(CLAIMABLE))
 # NULL keys never collide in a unique index, so leaving them out changes nothing but the
 # index work of every ungrouped claim.
 _RUNNING_GROUP_SQL = "status = 'running' AND group_key IS NOT NULL"
+#: Webhook deliveries that wait (the holds' probe index and its queries share it).
+WAITING_WEBHOOK_SQL = "job_type = 'webhook.deliver' AND " + _CLAIMABLE_SQL
 
 
 class Base(DeclarativeBase):
@@ -227,6 +229,15 @@ class Job(Base):
             "queue",
             "next_run_at",
             postgresql_where=sa.text("status = 'queued'"),
+        ).ddl_if(dialect="postgresql"),
+        # The waiting deliveries of one webhook endpoint, newest first, for "N jobs held
+        # by paused endpoint crm" and the list behind it: a bounded probe instead of
+        # reading every waiting webhook's payload. Only waiting deliveries are in it.
+        sa.Index(
+            "ix_jobdesk_jobs_waiting_endpoint",
+            sa.text("(payload ->> 'endpoint')"),
+            "id",
+            postgresql_where=sa.text(WAITING_WEBHOOK_SQL),
         ).ddl_if(dialect="postgresql"),
         sa.Index(
             "ix_jobdesk_jobs_last_error_trgm",

@@ -39,6 +39,8 @@ TIME_FIELDS: tuple[str, ...] = ("created", "finished", "updated")
 SEARCH_MIN = 3
 SEARCH_MAX = 200
 UNRESOLVED = "unresolved"
+#: The `held` filter's values (the holds module owns what each means).
+HOLD_FILTERS: tuple[str, ...] = ("any", "queue", "endpoint", "breaker")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
@@ -164,6 +166,12 @@ class JobFilters:
     #: The jobs made by the action that wrote audit entry #N (e.g. every retry of one
     #: bulk "Retry all"), so the flash after an action can link to exactly those.
     from_audit: int | None = None
+    #: Webhook deliveries to this endpoint (query argument `webhook`: Flask's `url_for`
+    #: takes `endpoint` for itself).
+    endpoint: str | None = None
+    #: Waiting jobs a paused queue, paused endpoint or open breaker holds (`any`) or one
+    #: of those (`operator.holds.HOLD_FILTERS`).
+    held: str | None = None
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
 
@@ -212,6 +220,8 @@ class JobFilters:
             group_of=parse_positive_int("group_of", _single(args, "group_of")),
             key_of=parse_positive_int("key_of", _single(args, "key_of")),
             from_audit=parse_positive_int("from_audit", _single(args, "from_audit")),
+            endpoint=_name(args, "webhook"),
+            held=_choice(args, "held", HOLD_FILTERS),
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
         )
@@ -220,7 +230,7 @@ class JobFilters:
         """The non-default filters as query arguments (the inverse of `from_args`)."""
         out: dict[str, str] = {}
         names = {"job_type": "type", "group_key": "group", "idempotency_key": "key",
-                 "time_field": "time"}  # fmt: skip
+                 "time_field": "time", "endpoint": "webhook"}  # fmt: skip
         defaults = {"time_field": "created", "sort": DEFAULT_SORT, "page_size": DEFAULT_PAGE_SIZE}
         for item in fields(self):
             value = getattr(self, item.name)

@@ -31,8 +31,10 @@ from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
+from jobdesk.shared.operator.holds import endpoint_name, held_condition
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
+from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 ERROR_EXCERPT_CHARS = 300
@@ -151,6 +153,11 @@ def filter_conditions(
         conditions.append(column <= until)
     if filters.error is not None:
         conditions.append(error_matches(conn, filters.error))
+    if filters.endpoint is not None:
+        conditions.append(jobs.c.job_type == WEBHOOK_JOB_TYPE)
+        conditions.append(endpoint_name(conn) == filters.endpoint)
+    if filters.held is not None:
+        conditions.append(held_condition(conn, filters.held, now=now))
     return conditions
 
 

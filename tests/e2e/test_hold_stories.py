@@ -1,0 +1,131 @@
+"""On-call's controls and what they hold, in a real browser: a paused queue and a paused
+endpoint show on the overview, on the held jobs' pages and in the jobs list, and lifting
+the hold clears them."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk.shared.core.audit import audit_log
+from jobdesk.shared.core.models import jobs
+from tests.e2e.conftest import Seeded
+from tests.e2e.test_operator_stories import log_in, shoot
+from tests.factories import make_job
+
+pytestmark = pytest.mark.e2e
+
+Server = tuple[str, Seeded]
+
+
+def queued_email(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.min(jobs.c.id)).where(
+                    jobs.c.job_type == "email.send", jobs.c.status == "queued"
+                )
+            ).scalar_one()
+        )
+
+
+def test_on_call_pauses_a_queue_sees_it_held_everywhere_and_resumes_it(
+    page: Any, live_server: Server, screenshot_dir: Path, backend: str, engine: sa.Engine
+) -> None:
+    base, _ = live_server
+    job_id = queued_email(engine)
+    log_in(page, base, "sam")
+    page.get_by_role("link", name="Queues").click()
+    row = page.locator("#queue-email")
+    row.get_by_label("Reason for pausing email").fill("SMTP provider incident")
+    row.get_by_role("button", name="Pause").click()
+    page.locator(".flash-success").wait_for()
+    row = page.locator("#queue-email")
+    assert "paused" in row.inner_text()
+    assert "SMTP provider incident" in row.inner_text()
+    shoot(page, screenshot_dir, "queues", backend)
+
+    page.get_by_role("link", name="Overview").click()
+    page.wait_for_url(f"{base}/")
+    held = page.locator("#held-jobs")
+    assert re.search(r"8 jobs held:\s+8 by paused queue email", held.inner_text())
+    assert "1 queue paused" in page.get_by_role("status").first.inner_text()
+    held.get_by_role("link", name="8 by paused queue email").click()
+    page.wait_for_url(re.compile(r".*/jobs\?queue=email&held=queue$"))
+    # the overview's polling target is not inherited: the list replaces the page
+    assert page.locator("h1").all_inner_texts() == ["Jobs"]
+    line = page.locator(f"#job-{job_id} .hold-line")
+    assert line.inner_text() == "held: queue email paused by sam — SMTP provider incident"
+
+    page.goto(f"{base}/jobs/{job_id}")
+    why = page.locator("#why-waiting")
+    assert "held: queue email paused by sam — SMTP provider incident" in why.inner_text()
+    why.get_by_role("link").click()
+    page.wait_for_url(re.compile(r".*/queues#queue-email$"))
+    page.locator("#queue-email").get_by_label("Reason for resuming email").fill("provider is back")
+    page.locator("#queue-email").get_by_role("button", name="Resume").click()
+    page.locator(".flash-success").wait_for()
+    assert "paused" not in page.locator("#queue-email").inner_text()
+
+    page.goto(f"{base}/jobs/{job_id}")
+    assert page.locator("#why-waiting").count() == 0
+    page.goto(f"{base}/")
+    assert page.locator("#held-jobs").count() == 0
+    with engine.connect() as conn:
+        actions = list(
+            conn.execute(
+                sa.select(audit_log.c.action).where(audit_log.c.subject == "queue:email")
+            ).scalars()
+        )
+    assert actions == ["queue.pause", "queue.resume"]
+
+
+def test_a_delivery_to_a_paused_endpoint_says_it_is_held_and_until_when(
+    page: Any, live_server: Server, screenshot_dir: Path, backend: str, engine: sa.Engine
+) -> None:
+    base, _ = live_server
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        job_id = make_job(
+            conn,
+            job_type="webhook.deliver",
+            queue="webhooks",
+            payload={"endpoint": "crm", "event": "user.created", "data": {"user_id": 301}},
+            started_at=now - timedelta(minutes=1),
+            next_run_at=now + timedelta(seconds=50),
+        )
+    log_in(page, base, "ada")
+    page.get_by_role("link", name="Endpoints", exact=True).click()
+    row = page.locator("#endpoint-crm")
+    row.get_by_label("Reason for pausing crm").fill("CRM maintenance")
+    row.get_by_label("Pause for").select_option("4h")
+    row.get_by_role("button", name="Pause").click()
+    page.locator(".flash-success").wait_for()
+
+    page.get_by_role("link", name="Overview").click()
+    page.wait_for_url(f"{base}/")
+    held = page.locator("#held-jobs")
+    assert "1 job held:" in held.inner_text()
+    held.get_by_role("link", name="1 by paused endpoint crm").click()
+    page.wait_for_url(re.compile(r".*/jobs\?webhook=crm&held=endpoint$"))
+    assert page.locator("h1").all_inner_texts() == ["Jobs"]
+    line = page.locator(f"#job-{job_id} .hold-line").inner_text()
+    assert re.fullmatch(r"held: endpoint crm paused until \d\d:\d\d UTC — CRM maintenance", line)
+    shoot(page, screenshot_dir, "jobs-held", backend)
+
+    page.locator(f"#job-{job_id}").get_by_role("link", name=f"#{job_id}").click()
+    why = page.locator("#why-waiting")
+    assert "held: endpoint crm paused until" in why.inner_text()
+    shoot(page, screenshot_dir, "job-held", backend)
+    why.get_by_role("link").click()
+    page.wait_for_url(re.compile(r".*/endpoints#endpoint-crm$"))
+    page.locator("#endpoint-crm").get_by_role("button", name="Resume").click()
+    page.locator(".flash-success", has_text="Resumed endpoint crm").wait_for()
+    page.goto(f"{base}/jobs/{job_id}")
+    # resuming released the held delivery: it is due now and waits for a worker only
+    assert page.locator("#why-waiting").count() == 0
