@@ -326,7 +326,6 @@ GUARD_FLOOR = 0.40
 
 
 def ci_guard(server: str, worker_args: Sequence[str]) -> int:
-    print(f"jobdesk: {describe_worker(worker_args)}", flush=True)
     drains = postgres_drains(server, [WORKER, RAW], worker_args)
     results = rounds(drains, GUARD_JOBS, GUARD_ROUNDS)
     rates = summary("postgresql", GUARD_JOBS, results)
