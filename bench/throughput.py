@@ -1,7 +1,7 @@
 """Worker throughput: N no-op jobs drained by ONE `jobdesk worker` process, side by side
 with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
 
-    .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--concurrency 200]
+    .venv/bin/python bench/throughput.py [--jobs 20000 100000] [--worker-args "..."]
                                          [--rounds 3] [--only postgresql|sqlite]
                                          [--skip-raw] [--skip-pgqueuer]
                                          [--via-pgbouncer] [--database NAME]
@@ -15,7 +15,10 @@ alike; the medians follow, and the ratios Jobdesk/PgQueuer and Jobdesk/raw as th
 of each round's ratio (drains run back to back share the machine's load) and as the
 ratio of the medians. Compare ratios from one run, never absolute figures across runs.
 
-- Jobdesk: `jobdesk worker --concurrency 200` (otherwise default settings).
+- Jobdesk: `jobdesk worker --jobs bench_jobs --log-level warning` — default options
+  (10 slots), with no `JOBDESK_*` setting but the database URL passed on; `--worker-args`
+  appends options (e.g. `--worker-args "--concurrency 200"`). The command and the slots
+  the worker registered are printed.
 - PgQueuer 1.6 (`pgqueuer_peer.py`): asyncpg, 1 consumer, batches of 100 — its best
   configuration here — in its own virtualenv (`bench/.venv-pgqueuer`, created on first
   use) and its own database, schema from `pgq install`.
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -57,7 +61,7 @@ import sqlalchemy as sa
 
 from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.db import make_engine
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import jobs, workers
 from jobdesk.shared.migrate import upgrade
 from jobdesk.shared.settings import Settings
 
@@ -148,27 +152,48 @@ class Measured(NamedTuple):
     """jobs/s"""
     cpu_us: float
     """CPU µs per job of the consumer process (the raw loop: of this process)"""
+    slots: int | None = None
+    """Jobdesk: the slots the worker registered (what was measured)"""
+
+
+#: The worker as a user starts it; `--worker-args` adds to this.
+WORKER_COMMAND = ("worker", "--jobs", "bench_jobs", "--log-level", "warning")
+
+
+def worker_env(url: str) -> dict[str, str]:
+    """This environment without any `JOBDESK_*` setting (a `JOBDESK_CONCURRENCY` left in
+    the shell would silently change what is measured), plus the bench database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
+    env["JOBDESK_DATABASE_URL"] = url
+    return env
+
+
+def describe_worker(worker_args: Sequence[str]) -> str:
+    return shlex.join(["jobdesk", *WORKER_COMMAND, *worker_args])
+
+
+def registered_slots(engine: sa.Engine, pid: int) -> int | None:
+    """The slots the worker process `pid` registered (its `jobdesk_workers.concurrency`)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(workers.c.concurrency).where(workers.c.pid == pid).limit(1)
+        ).scalar_one_or_none()
 
 
 def run_worker(
-    url: str, engine: sa.Engine, n: int, concurrency: int, extra_env: dict[str, str] | None = None
+    url: str,
+    engine: sa.Engine,
+    n: int,
+    worker_args: Sequence[str],
+    extra_env: dict[str, str] | None = None,
 ) -> Measured:
     """One `jobdesk worker` drains the backlog; jobs/s by the database's timestamps."""
-    env = dict(os.environ, JOBDESK_DATABASE_URL=url, **(extra_env or {}))
     proc = subprocess.Popen(
-        [
-            str(JOBDESK),
-            "worker",
-            "--jobs",
-            "bench_jobs",
-            "--concurrency",
-            str(concurrency),
-            "--log-level",
-            "warning",
-        ],
+        [str(JOBDESK), *WORKER_COMMAND, *worker_args],
         cwd=HERE,
-        env=env,
+        env=worker_env(url) | (extra_env or {}),
     )
+    slots: int | None = None
     started = time.monotonic()
     # CPU per job between the first and the last sample that saw jobs done: start-up
     # (imports, registration) is left out; less sensitive to other load than jobs/s.
@@ -184,6 +209,7 @@ def run_worker(
             cpu = cpu_seconds(proc.pid)
             if done and first is None:
                 first = (done, cpu)
+                slots = registered_slots(engine, proc.pid)
             last = (done, cpu)
             if done >= n:
                 break
@@ -197,7 +223,7 @@ def run_worker(
     cpu_per_job = float("nan")
     if first is not None and last[0] > first[0]:
         cpu_per_job = (last[1] - first[1]) / (last[0] - first[0]) * 1e6
-    return Measured(measured_rate(engine, n), cpu_per_job)
+    return Measured(measured_rate(engine, n), cpu_per_job, slots)
 
 
 def run_raw_postgres(url: str, n: int) -> Measured:
@@ -228,7 +254,7 @@ Drain = Callable[[int], Measured]
 
 
 def postgres_drains(
-    server: str, systems: Sequence[str], concurrency: int, database: str = PG_DATABASE
+    server: str, systems: Sequence[str], worker_args: Sequence[str], database: str = PG_DATABASE
 ) -> dict[str, Drain]:
     """One fresh database per system; each drain starts from a fresh backlog of n."""
     url = fresh_postgres(server, database)
@@ -238,7 +264,7 @@ def postgres_drains(
 
         def jobdesk_drain(n: int) -> Measured:
             reset_and_fill(engine, n)
-            return run_worker(url, engine, n, concurrency)
+            return run_worker(url, engine, n, worker_args)
 
         drains[WORKER] = jobdesk_drain
     if PGQUEUER in systems:
@@ -268,7 +294,7 @@ def postgres_drains(
 
         def bounced_drain(n: int, env: dict[str, str]) -> Measured:
             reset_and_fill(engine, n)
-            return run_worker(bounced_url, engine, n, concurrency, env)
+            return run_worker(bounced_url, engine, n, worker_args, env)
 
         drains[BOUNCED] = lambda n: bounced_drain(n, per_transaction)
         drains[BOUNCED_ROLE] = lambda n: bounced_drain(n, from_role)
@@ -299,13 +325,19 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+def slots(got: Sequence[Measured]) -> str:
+    """`, 10 slots`: what the Jobdesk worker registered (nothing for the others)."""
+    seen = sorted({m.slots for m in got if m.slots is not None})
+    return f", {'/'.join(map(str, seen))} slots" if seen else ""
+
+
 def summary(backend: str, n: int, results: dict[str, list[Measured]]) -> dict[str, float]:
     """Print the medians (and the ratios against Jobdesk); returns the median rates."""
     rates = {name: median([m.rate for m in got]) for name, got in results.items()}
     parts = []
     for name, got in results.items():
         cpu = median([m.cpu_us for m in got])
-        parts.append(f"{name}: {rates[name]:>8,.0f} jobs/s ({cpu:,.0f} µs CPU/job)")
+        parts.append(f"{name}: {rates[name]:>8,.0f} jobs/s ({cpu:,.0f} µs CPU/job{slots(got)})")
     line = f"{backend:<10} {n:>7} jobs  median of {len(next(iter(results.values())))}  "
     line += "   ".join(parts)
     print(line, flush=True)
@@ -334,8 +366,8 @@ GUARD_ROUNDS = 3
 GUARD_FLOOR = 0.40
 
 
-def ci_guard(server: str, concurrency: int, database: str = PG_DATABASE) -> int:
-    drains = postgres_drains(server, [WORKER, RAW], concurrency, database)
+def ci_guard(server: str, worker_args: Sequence[str], database: str = PG_DATABASE) -> int:
+    drains = postgres_drains(server, [WORKER, RAW], worker_args, database)
     results = rounds(drains, GUARD_JOBS, GUARD_ROUNDS)
     rates = summary("postgresql", GUARD_JOBS, results)
     ratios = round_ratios(results, RAW)
@@ -353,7 +385,12 @@ def ci_guard(server: str, concurrency: int, database: str = PG_DATABASE) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[20_000, 100_000])
-    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument(
+        "--worker-args",
+        default="",
+        metavar="ARGS",
+        help='extra `jobdesk worker` options, e.g. "--concurrency 200" (default: none)',
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=["postgresql", "sqlite"])
     parser.add_argument("--skip-raw", action="store_true")
@@ -371,27 +408,33 @@ def main() -> None:
         "another name keeps two runs on one server apart",
     )
     args = parser.parse_args()
+    worker_args = shlex.split(args.worker_args)
+    print(f"jobdesk: {describe_worker(worker_args)}", flush=True)
     server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     if args.ci_guard:
-        sys.exit(ci_guard(server, args.concurrency, args.database))
+        sys.exit(ci_guard(server, worker_args, args.database))
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:
         systems = [WORKER]
         systems += [] if args.skip_pgqueuer else [PGQUEUER]
         systems += [] if args.skip_raw else [RAW]
         systems += [BOUNCED] if args.via_pgbouncer else []
-        drains = postgres_drains(server, systems, args.concurrency, args.database)
-        jobdesk_rate: dict[int, float] = {}
+        drains = postgres_drains(server, systems, worker_args, args.database)
+        by_size: dict[int, dict[str, float]] = {}
         for n in args.jobs:
-            rates = summary("postgresql", n, rounds(drains, n, args.rounds))
-            jobdesk_rate[n] = rates[WORKER]
-        if len(jobdesk_rate) > 1:
-            smallest, largest = min(jobdesk_rate), max(jobdesk_rate)
-            print(
+            by_size[n] = summary("postgresql", n, rounds(drains, n, args.rounds))
+        if len(by_size) > 1:
+            smallest, largest = min(by_size), max(by_size)
+            small, large = by_size[smallest], by_size[largest]
+            line = (
                 f"postgresql jobdesk at a {largest:,} backlog: "
-                f"{jobdesk_rate[largest] / jobdesk_rate[smallest]:.0%} of its {smallest:,} rate",
-                flush=True,
+                f"{large[WORKER] / small[WORKER]:.0%} of its {smallest:,} rate"
             )
+            if RAW in large:
+                # The sizes run minutes apart: how the raw loop's rate moved in between
+                # tells a busier machine from a larger backlog.
+                line += f" (raw loop: {large[RAW] / small[RAW]:.0%})"
+            print(line, flush=True)
     if "sqlite" in backends:
         with tempfile.TemporaryDirectory() as tmp:
             url = fresh_sqlite(Path(tmp))
@@ -400,10 +443,10 @@ def main() -> None:
             engine = make_engine(url, settings=Settings(), sqlite_begin="DEFERRED")
             for n in args.jobs:
                 reset_and_fill(engine, n)
-                got = run_worker(url, engine, n, args.concurrency)
+                got = run_worker(url, engine, n, worker_args)
                 print(
                     f"sqlite     {n:>7} jobs  jobdesk worker: {got.rate:>8,.0f} jobs/s "
-                    f"({got.cpu_us:,.0f} µs CPU/job)",
+                    f"({got.cpu_us:,.0f} µs CPU/job{slots([got])})",
                     flush=True,
                 )
             engine.dispose()

@@ -228,11 +228,17 @@ class Attempt:
                 ctx = self._ctx
         return ctx
 
-    def begin(self) -> None:
-        self.started = time.monotonic()
-        self.deadline = min(self.started + self.timeout, self.stop_by)
-        if self._ctx is not None:
-            self._ctx.deadline = self.deadline
+    def begin(self) -> bool:
+        """Start the attempt's clock; False when it was settled first (released or fenced
+        while it waited for a slot): then it must not run. Atomic with `settle`."""
+        with self._lock:
+            if self.outcome is not None:
+                return False
+            self.started = time.monotonic()
+            self.deadline = min(self.started + self.timeout, self.stop_by)
+            if self._ctx is not None:
+                self._ctx.deadline = self.deadline
+        return True
 
     def request_cancel(self, grace: float) -> bool:
         """An operator cancelled this job: tell the handler (`ctx.cancelled`) and bring the

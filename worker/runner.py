@@ -2,8 +2,9 @@
 
 Threads and what they own:
 
-- main (dispatcher): claims batches sized to each group's free slots, hands them to the
-  group's `SlotPool`, enforces hard timeouts, handles signals and shutdown;
+- main (dispatcher): claims batches sized to each group's free slots plus its prefetch
+  allowance, hands them to the group's `SlotPool`, hands back prefetched jobs the slots
+  will not start soon, enforces hard timeouts, handles signals and shutdown;
 - slot threads (per group): run handlers (`executor.execute`);
 - completer: writes outcomes in batches (`completer.Completer`);
 - heartbeat: extends held leases and the `workers` row, and hears of cancel requests
@@ -17,8 +18,9 @@ that came back full, on a NOTIFY for one of its queues, and every poll interval.
 database call is retried with capped, jittered backoff — the process never exits
 because the database is away (D1, D3).
 
-Shutdown (SIGTERM/SIGINT): stop claiming at once, let running handlers finish within
-`shutdown_timeout`, then release what is left (back to `queued`, attempt not counted),
+Shutdown (SIGTERM/SIGINT): stop claiming at once, hand back the prefetched jobs no slot
+has started, let running handlers finish within `shutdown_timeout`, then release what is
+left (back to `queued`, attempt not counted),
 flush the completer, give up leadership, deregister, exit 0. A second signal ends the
 grace period at once. Exit status 3 means the process stopped itself because too many
 handler threads were stuck past their timeout (see `jobdesk.worker.pool`).
@@ -384,6 +386,7 @@ class Runner:
                 for name in self._more:
                     self._more[name] = True
                 next_poll = now + poll
+            self._hand_back_excess(now)
             again = self._claim_round(now)
             if again <= 0:
                 continue
@@ -483,6 +486,22 @@ class Runner:
         pool.submit(attempts)
         self._next_check = min(self._next_check, time.monotonic() + DEADLINE_TICK_SECONDS)
 
+    def _hand_back_excess(self, now: float) -> None:
+        """Prefetched jobs the slots will not start soon go back to the queue, for any
+        process to start (see `jobdesk.worker.pool`)."""
+        for pool in self.pools.values():
+            if pool.busy > pool.slots:
+                self._hand_back(pool.take_excess(now), "handed back unstarted: slots are busy")
+
+    def _hand_back(self, attempts: list[Attempt], reason: str) -> int:
+        """Release attempts no slot has started (back to `queued`, attempt not counted)."""
+        released = 0
+        for attempt in attempts:
+            if attempt.release(reason):
+                released += 1
+                self.completer.submit(attempt)
+        return released
+
     def _on_queues(self, queues: list[str] | None) -> None:
         for group in self.config.groups:
             if queues is None or any(group.serves(q) for q in queues):
@@ -573,24 +592,23 @@ class Runner:
         return True
 
     # ----------------------------------------------------------------- shutdown
-    def _busy(self) -> int:
-        return sum(p.busy for p in self.pools.values())
+    def _running(self) -> int:
+        return sum(p.running_count for p in self.pools.values())
 
     def _shutdown(self) -> None:
         self._best_effort(
             "mark stopping", lambda conn, now: mark_stopping(conn, self.worker_id, now=now)
         )
+        released = 0
+        for pool in self.pools.values():
+            released += self._hand_back(pool.take_waiting(), "worker shutting down")
         if self._grace_end is None:
             self._grace_end = time.monotonic() + self.config.shutdown_timeout_seconds
-        while self._busy() and time.monotonic() < (self._grace_end or 0.0):
+        while self._running() and time.monotonic() < (self._grace_end or 0.0):
             self._wake.clear()
             next_check = self._check_deadlines(time.monotonic())
             self._wake.wait(max(0.0, min(next_check, self._grace_end) - time.monotonic()))
-        released = 0
-        for attempt in self.held():
-            if attempt.release():
-                released += 1
-                self.completer.submit(attempt)
+        released += self._hand_back(self.held(), "worker shutting down")
         for pool in self.pools.values():
             pool.stop()
         self._claim_conn.close()

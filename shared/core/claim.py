@@ -94,9 +94,14 @@ _GROUP_IS_FREE = f"""(c.group_key IS NULL OR NOT EXISTS (
                     OR (peer.priority = c.priority AND peer.id < c.id))))"""
 
 # A paused queue's jobs stay where they are, attempts untouched (`shared.core.queues`).
-# The pause table is tiny (usually empty): one primary-key probe per candidate.
-_QUEUE_NOT_PAUSED = """NOT EXISTS (
-            SELECT 1 FROM jobdesk_queue_pauses AS qp WHERE qp.queue = c.queue)"""
+# `NOT IN` over the tiny (usually empty) pause table: PostgreSQL reads it once into a
+# hashed subplan. A correlated `NOT EXISTS` became an anti-join that the planner, with
+# every job in one queue and no statistics on the empty pause table, estimated to keep
+# no row at all — so LIMIT no longer cut the scan's cost, the claim's estimate went past
+# `jit_above_cost`, and every claim spent ~0.5 s compiling JIT code (measured at a 60k
+# backlog: 690 ms per claim, 0.6 ms with this form). Both columns are NOT NULL, so
+# `NOT IN` has no NULL surprise.
+_QUEUE_NOT_PAUSED = """c.queue NOT IN (SELECT qp.queue FROM jobdesk_queue_pauses AS qp)"""
 
 # A row with no attempt left (written by hand or by an old bug) would break the attempts
 # CHECK and with it every claim; `attempts < max_attempts` leaves it to the operator.

@@ -98,6 +98,31 @@ def test_f3_sigterm_finishes_short_jobs_and_releases_long_ones(
     assert statuses(engine).get("running", 0) == 0
 
 
+def test_a_busy_worker_hands_back_prefetched_jobs_it_cannot_start(
+    engine: sa.Engine, procs: Workers
+) -> None:
+    busy = procs.start("--concurrency", "1")
+    # A few handlers that return at once (no database): it prefetches from now on.
+    warm = [add(engine, "t.flaky", {"fail_times": 0}) for _ in range(3)]
+    wait_for(lambda: all_done(engine, len(warm)), 10)
+    with engine.begin() as conn:
+        slow = enqueue(conn, "t.sleep", {"seconds": 8})
+        quick = [enqueue(conn, "t.effect", {"key": f"quick{i}"}) for i in range(5)]
+    wait_for(lambda: effect_rows(engine, f"run:{slow}:"), 10)
+
+    def handed_back() -> bool:
+        rows = [job(engine, job_id) for job_id in quick]
+        return all((r.status, r.attempts, r.locked_by) == ("queued", 0, None) for r in rows)
+
+    # Its one slot is taken for 8 s: jobs it claimed to run next go back to the queue.
+    wait_for(handed_back, 3)
+    procs.start("--concurrency", "1")
+    wait_for(lambda: all(job(engine, job_id).status == "succeeded" for job_id in quick), 10)
+    assert job(engine, slow).status == "running"
+    assert [job(engine, job_id).attempts for job_id in quick] == [1] * 5
+    assert busy.alive()
+
+
 def test_f5_hanging_handler_times_out_and_frees_its_slot(engine: sa.Engine, procs: Workers) -> None:
     hung = add(engine, "t.hang", max_attempts=2)
     worker = procs.start("--concurrency", "1")

@@ -232,3 +232,33 @@ def test_claim_sql_repeats_the_partial_index_predicates_for_the_right_states() -
     assert states(queue._CLAIMABLE_SQL) == set(sql_values(CLAIMABLE))
     assert states(queue._ACTIVE_GROUP_SQL) == set(sql_values(ACTIVE))
     assert "group_key IS NOT NULL" in queue._ACTIVE_GROUP_SQL
+
+
+@pytest.mark.postgresql_only
+def test_claim_plan_cost_stays_small_with_every_job_in_one_queue(engine: sa.Engine) -> None:
+    # All jobs in one queue and an empty, never-analyzed pause table: the claim's estimate
+    # must still be what LIMIT makes it (a few index pages), not the cost of scanning
+    # every candidate — past `jit_above_cost` PostgreSQL compiled JIT code on every
+    # claim (about half a second each at a 60k backlog).
+    from jobdesk import NewJob, enqueue_many
+    from jobdesk.shared.core import claim as queue
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [NewJob("t.noop", {"i": i}) for i in range(5000)])
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(sa.text("ANALYZE jobdesk_jobs"))
+    statement = queue._claim_statement(True, None, 0)
+    params = {
+        "worker": "w1",
+        "now": None,
+        "lease": 1,
+        "expires": None,
+        "lease_seconds": 30.0,
+        "limit": 10,
+        "job_types": ["t.noop"],
+    }
+    with engine.connect() as conn:
+        (plan,) = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).one()
+    cost = plan[0]["Plan"]["Total Cost"]
+    assert cost < 2000, f"claim of 10 estimated at {cost:,.0f}"
