@@ -306,6 +306,18 @@ class Attempt:
             )
         )
 
+    def cancel_unstarted(self) -> bool:
+        """The cancel request came while the job waited for a slot (prefetched): it ends
+        cancelled without its handler ever being called."""
+        return self.settle(
+            Outcome(
+                self.job,
+                Kind.CANCELLED,
+                error="Cancelled before it started: the request came while it waited for a slot",
+                duration=0.0,
+            )
+        )
+
     def release(self, reason: str = "worker shutting down") -> bool:
         return self.settle(Outcome(self.job, Kind.RELEASED, error=reason))
 

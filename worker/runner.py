@@ -510,6 +510,10 @@ class Runner:
 
     # ----------------------------------------------------------------- attempts
     def _run_attempt(self, attempt: Attempt) -> None:
+        if attempt.cancel_requested:
+            if attempt.cancel_unstarted():
+                self.completer.submit(attempt)
+            return
         if self.watchdog is not None:
             self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)

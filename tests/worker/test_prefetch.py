@@ -164,3 +164,16 @@ def test_shutdown_takes_every_waiting_attempt_and_leaves_the_running_one(
     handlers.release.set()
     wait_for(lambda: pool.busy == 0, 5, interval=0.005)
     assert handlers.ran == [1]
+
+
+def test_a_job_cancelled_while_it_waits_for_a_slot_ends_cancelled_unstarted() -> None:
+    (attempt,) = attempts(900, 1)
+    assert attempt.request_cancel(grace=10)
+    assert attempt.ctx.cancelled.is_set()
+    assert attempt.begin()
+    assert attempt.cancel_unstarted()
+    assert attempt.outcome is not None
+    assert attempt.outcome.kind is Kind.CANCELLED
+    assert "before it started" in (attempt.outcome.error or "")
+    # The handler's own outcome, had it run anyway, could not overwrite it.
+    assert not attempt.settle(Outcome(attempt.job, Kind.SUCCEEDED, duration=0.1))
