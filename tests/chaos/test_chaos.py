@@ -4,7 +4,7 @@
   proves nothing): synthetic lost, stuck, doubly applied and unplanned-dead jobs on
   both databases.
 - Failpoints: off by default, parsed strictly, and a hit really SIGKILLs the process.
-- A whole chaos run (`JOBDESK_CHAOS=ci|sqlite|soak`, seed `JOBDESK_CHAOS_SEED`) — opt-in,
+- A whole chaos run (`JOBDESK_CHAOS=ci|partition|sqlite|soak`, seed `JOBDESK_CHAOS_SEED`) — opt-in,
   because `.ci/run` runs the CI and SQLite profiles as their own step
   (`python -m tests.chaos`), after the main suite.
 """
@@ -183,7 +183,7 @@ def test_failpoint_fires_on_the_nth_hit_with_sigkill() -> None:
 def test_chaos_profile() -> None:
     name = os.environ.get("JOBDESK_CHAOS", "")
     if not name:
-        pytest.skip("set JOBDESK_CHAOS=ci|sqlite|soak to run a whole chaos run here")
+        pytest.skip("set JOBDESK_CHAOS=ci|partition|sqlite|soak to run a whole chaos run here")
     seed = int(os.environ.get("JOBDESK_CHAOS_SEED") or random.randrange(1, 1_000_000))
     lines: list[str] = []
     passed = ChaosRun(PROFILES[name], seed, out=lines.append).run()
