@@ -52,10 +52,14 @@ def free_port() -> int:
 
 
 class PrivatePostgres:
-    def __init__(self, network: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, network: tuple[str, str] | None = None, settings: dict[str, str] | None = None
+    ) -> None:
         """`network` = (address, CIDR): also listen on that address and trust clients
-        from that subnet (the worker hosts of `tests.chaos.netlab`)."""
+        from that subnet (the worker hosts of `tests.chaos.netlab`). `settings`: more
+        server settings (`-c name=value`), e.g. for a benchmark."""
         self.network = network
+        self.settings = settings or {}
         self.bin = _bin_dir()
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="jobdesk-chaos-pg-"))
@@ -110,7 +114,7 @@ class PrivatePostgres:
         return (
             f"-p {self.port} -k {self.root} -c listen_addresses={listen} -c fsync=on "
             "-c max_connections=300 -c shared_buffers=32MB"
-        )
+        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
