@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/soak.py [--minutes 30] [--rate R] [--concurrency 50]
                                    [--retention-minutes 2] [--burst 20000]
+                                   [--autovacuum on|off] [--server URL]
 
 Not a CI step: a 30-minute run that shows whether the queue stays as fast at the end as
 at the start while the pruner deletes finished jobs behind it (bloat, dead tuples,
@@ -56,7 +57,7 @@ sys.path.insert(0, str(HERE.parent))  # the repository root: tests.chaos.pgserve
 from tests.chaos.pgserver import PrivatePostgres  # noqa: E402
 
 JOBDESK = Path(sys.executable).with_name("jobdesk")
-PRIVATE_SETTINGS = {"shared_buffers": "128MB", "autovacuum": "on"}
+PRIVATE_SETTINGS = {"shared_buffers": "128MB"}
 DATABASE = "jobdesk_bench_soak"
 TICK = 0.1
 #: Allowed drift of the last minute from the first (claim p99, throughput) and of the
@@ -283,6 +284,12 @@ def main() -> int:
     parser.add_argument("--retention-minutes", type=float, default=2.0)
     parser.add_argument("--prune-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--autovacuum",
+        choices=("on", "off"),
+        default="on",
+        help="the private server's autovacuum (off: to see what it is worth)",
+    )
+    parser.add_argument(
         "--server",
         default=os.environ.get("JOBDESK_BENCH_POSTGRES_URL"),
         help="a PostgreSQL server URL (default: a private server for this run)",
@@ -297,7 +304,9 @@ def main() -> int:
     if args.server:
         url = fresh_database(args.server)
     else:
-        private = PrivatePostgres(settings=PRIVATE_SETTINGS).setup()
+        private = PrivatePostgres(
+            settings={**PRIVATE_SETTINGS, "autovacuum": args.autovacuum}
+        ).setup()
         url = fresh_database(private.url.rsplit("/", 1)[0])
     engine = make_engine(url, settings=Settings(), pool_size=2)
     with engine.connect() as conn:

@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import IO
 
@@ -42,6 +43,7 @@ BRIDGE = f"{PREFIX}-br"
 DB_ADDRESS = "10.77.0.1"
 SUBNET = "10.77.0.0/24"
 LOCK_FILE = Path("/run/jobdesk-chaos-netlab.lock")
+LOCK_WAIT = 180.0
 NFT_TABLE = "jdchaos"
 TOOLS = ("ip", "tc", "nft")
 
@@ -76,7 +78,7 @@ def unavailable_reason() -> str | None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"missing tools: {', '.join(missing)} (Debian packages iproute2, nftables)"
-    probe = f"{PREFIX}-probe"
+    probe = f"jdprobe-{os.getpid()}"  # not PREFIX: another run's cleanup leaves it alone
     _run("ip", "netns", "del", probe, check=False)
     made = _run("ip", "netns", "add", probe, check=False)
     if made.returncode != 0:
@@ -92,7 +94,7 @@ def unavailable_reason() -> str | None:
 
 def has_netem() -> bool:
     """Whether this kernel has the netem queueing discipline (delay, loss)."""
-    probe = f"{PREFIX}-nprobe"
+    probe = f"jdnetem-{os.getpid()}"
     _run("ip", "link", "del", probe, check=False)
     if _run("ip", "link", "add", probe, "type", "dummy", check=False).returncode != 0:
         return False
@@ -103,21 +105,49 @@ def has_netem() -> bool:
         _run("ip", "link", "del", probe, check=False)
 
 
+def _lab_names() -> tuple[list[str], list[str]]:
+    """This lab's namespaces and links, as `ip` lists them now."""
+    listed = _run("ip", "-j", "netns", "list", check=False).stdout.strip()
+    namespaces = [
+        entry["name"]
+        for entry in (json.loads(listed) if listed else [])
+        if entry.get("name", "").startswith(f"{PREFIX}-")
+    ]
+    shown = _run("ip", "-j", "link", "show", check=False).stdout.strip()
+    links = [
+        entry["ifname"]
+        for entry in (json.loads(shown) if shown else [])
+        if entry.get("ifname", "").startswith(f"{PREFIX}-")
+    ]
+    return namespaces, links
+
+
 def remove_leftovers() -> list[str]:
     """Delete every namespace and link of this lab (an earlier run's); returns names."""
-    removed = []
-    listed = _run("ip", "-j", "netns", "list", check=False).stdout.strip()
-    for entry in json.loads(listed) if listed else []:
-        if entry.get("name", "").startswith(f"{PREFIX}-"):
-            _run("ip", "netns", "del", entry["name"], check=False)
-            removed.append(entry["name"])
-    links = _run("ip", "-j", "link", "show", check=False).stdout.strip()
-    for entry in json.loads(links) if links else []:
-        name = entry.get("ifname", "")
-        if name.startswith(f"{PREFIX}-"):
-            _run("ip", "link", "del", name, check=False)
-            removed.append(name)
-    return removed
+    namespaces, _ = _lab_names()
+    for name in namespaces:
+        _run("ip", "netns", "del", name, check=False)
+    _, links = _lab_names()  # what deleting the namespaces did not take with it
+    for name in links:
+        _run("ip", "link", "del", name, check=False)
+    return namespaces + links
+
+
+def take_lock(wait: float = LOCK_WAIT) -> IO[str]:
+    """The machine-wide lab lock; waits for another lab (a parallel test) to finish."""
+    lock = LOCK_FILE.open("w")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise NetLabUnavailable(
+                    f"another chaos lab held {LOCK_FILE} for over {wait:g}s"
+                ) from None
+            time.sleep(0.2)
 
 
 class NetLab:
@@ -131,17 +161,12 @@ class NetLab:
         self._torn_down = False
 
     # ------------------------------------------------------------------ lifecycle
-    def setup(self) -> NetLab:
+    def setup(self, lock: IO[str] | None = None) -> NetLab:
+        """Build the lab (`lock`: the lab lock, when the caller already took it)."""
         reason = unavailable_reason()
         if reason:
             raise NetLabUnavailable(reason)
-        lock = LOCK_FILE.open("w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            raise NetLabUnavailable(f"another chaos run holds {LOCK_FILE}") from None
-        self._lock = lock
+        self._lock = lock or take_lock()
         atexit.register(self.teardown)
         self.leftovers = remove_leftovers()
         self.netem = has_netem()
@@ -169,13 +194,19 @@ class NetLab:
                 f"{{ type filter hook {hook} priority 0; policy accept; }}",
             )  # fmt: skip
 
-    def teardown(self) -> None:
+    def teardown(self) -> list[str]:
+        """Remove the lab; returns what was still there after (checked before the lock
+        is released, so another lab cannot be among it)."""
         if self._torn_down or self._lock is None:
-            return
+            return []
         self._torn_down = True
+        left: list[str] = []
         with contextlib.suppress(Exception):
             remove_leftovers()
+            namespaces, links = _lab_names()
+            left = namespaces + links
         self._lock.close()
+        return left
 
     # ------------------------------------------------------------------ processes
     def command(self, index: int, argv: list[str]) -> list[str]:

@@ -34,16 +34,14 @@ def lab() -> Iterator[NetLab]:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"network-namespace hosts unavailable under CI: {reason}")
         pytest.skip(reason)
-    # A crashed run's leftovers: the next setup removes them.
+    # A crashed run's leftovers: the next setup removes them. Planted under the lab lock,
+    # so a parallel test process's lab is never mistaken for them.
+    lock = netlab.take_lock()
     subprocess.run(["ip", "netns", "add", f"{netlab.PREFIX}-h9"], check=True)
-    made = NetLab(2).setup()
+    made = NetLab(2).setup(lock)
     assert f"{netlab.PREFIX}-h9" in made.leftovers
     yield made
-    made.teardown()
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    links = subprocess.run(["ip", "link", "show"], capture_output=True, text=True, check=True)
-    assert netlab.PREFIX not in names.stdout
-    assert netlab.PREFIX not in links.stdout
+    assert made.teardown() == []
 
 
 @pytest.fixture(scope="module")
