@@ -181,8 +181,9 @@ class ChaosRun:
             # lease + a leader hand-over (the cut host may have led) + the new leader's
             # hold-back (1.5 heartbeats) + two reaper intervals + scheduling slack
             rescue_limit=LEASE_SECONDS + 2.0 + 1.5 + 2 * 0.5 + 2.0,
-            # the chaos jobs' 10 s timeout (a stale claim holds its slot that long) + slack
-            resume_limit=20.0,
+            # TCP's retransmission back-off after a 9 s silence + the chaos jobs' 10 s
+            # timeout (a claim answered only after the heal holds its slot that long)
+            resume_limit=30.0,
             relay=self.relay,
         )
 
