@@ -406,7 +406,7 @@ class ChaosRun:
                 faults["backends terminated"] += 1
             else:
                 heapq.heappush(events, Event(now + 0.5, "terminate"))
-        elif event.kind in ("degrade", "restore", "cut", "heal"):
+        elif event.kind in ("degrade", "restore", "cut", "heal", "stranded"):
             self._partition(event, events, now)
         elif event.kind == "receiver":
             target, mode = event.arg
@@ -452,6 +452,15 @@ class ChaosRun:
             self.figures.faults[f"partition: {cut.kind}"] += 1
             self._log(f"host {cut.host}: {cut.kind} (holding {cut.held} jobs)")
             heapq.heappush(events, Event(now + self.profile.cut_seconds, "heal", cut))
+            heapq.heappush(events, Event(now + 1.0, "stranded", cut))
+        elif event.kind == "stranded":
+            # What the database still sees running on the host a second into the cut:
+            # those jobs can only end by a rescue (or, one way, by a late completion).
+            held = running_jobs(engine, fleet, event.arg.host)
+            if held < 0:
+                heapq.heappush(events, Event(now + 0.2, "stranded", event.arg))
+                return
+            event.arg.stranded = held
         elif event.kind == "heal":
             parts.heal(event.arg)
             parts.sample_skews(engine, fleet)

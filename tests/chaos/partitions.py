@@ -64,6 +64,7 @@ class Cut:
     at: float = 0.0  # wall-clock time the cut began
     healed_at: float = 0.0
     held: int = 0  # running jobs of the host when it was cut
+    stranded: int = 0  # ... still running one second into the cut: they need a rescue
     rescued: int = 0
     first_rescue: float | None = None  # seconds after the cut
     last_rescue: float | None = None
@@ -245,10 +246,12 @@ class Partitions:
                 fleet.slots[cut.host].log, cut.log_offset, min(offsets) if offsets else None
             )
             where = f"{cut.kind} of host {cut.host}"
-            if cut.rescued == 0 and cut.kind != "drop database->host":
+            if cut.rescued < cut.stranded and cut.kind != "drop database->host":
                 # (When only the replies are lost, the host's completions still reach the
                 # database: the jobs it held may simply finish, with nothing to rescue.)
-                failures.append(f"{where}: none of its jobs was rescued (held {cut.held})")
+                failures.append(
+                    f"{where}: {cut.stranded} job(s) stranded, only {cut.rescued} rescued"
+                )
             elif cut.slowest is not None and cut.slowest > self.rescue_limit:
                 failures.append(
                     f"{where}: a job was rescued {cut.slowest:.1f}s after the cut or its "
@@ -259,6 +262,8 @@ class Partitions:
                 failures.append(
                     f"{where}: finished no job within {self.resume_limit:g}s of the heal ({shown})"
                 )
+        if self.done and not any(cut.rescued for cut in self.done):
+            failures.append("no cut left a job to rescue: the run proved no rescue")
         for index in {cut.host for cut in self.done} | set(self.degraded) | set(self.skewed):
             if fleet.slots[index].starts != 1:
                 failures.append(
@@ -293,7 +298,8 @@ class Partitions:
             resumed = "never" if cut.resumed is None else f"{cut.resumed:.1f}s"
             lines.append(
                 f"  {cut.kind:<20} host {cut.host} for {cut.healed_at - cut.at:.1f}s: held "
-                f"{cut.held}, rescued {cut.rescued} ({first}..{last} after the cut; at most "
+                f"{cut.held} ({cut.stranded} still running 1 s in), rescued {cut.rescued} "
+                f"({first}..{last} after the cut; at most "
                 f"{'-' if cut.slowest is None else f'{cut.slowest:.1f}s'} after the cut or "
                 f"the claim), resumed "
                 f"{resumed} after the heal, {cut.fenced} late completion(s) fenced"
