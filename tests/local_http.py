@@ -1,4 +1,5 @@
-"""A threaded HTTP server on 127.0.0.1 for test receivers (webhooks, fault injection).
+"""A threaded HTTP server on 127.0.0.1 (or another local address: a chaos run's bridge)
+for test receivers (webhooks, fault injection).
 
 Subclasses implement `_handle(request_handler)` for POSTs; this class owns the socket,
 the serving thread and start/stop, so every receiver starts and stops the same way.
@@ -24,8 +25,9 @@ class QuietThreadingServer(ThreadingHTTPServer):
 class LocalPostServer:
     """Serves POST requests on a free loopback port by calling `self._handle(handler)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         receiver = self
+        self.host = host
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -36,7 +38,7 @@ class LocalPostServer:
             def do_POST(self) -> None:
                 receiver._handle(self)
 
-        self.server = QuietThreadingServer(("127.0.0.1", 0), Handler)
+        self.server = QuietThreadingServer((host, 0), Handler)
         self.port = int(self.server.server_address[1])
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -63,7 +65,7 @@ class LocalPostServer:
             pass  # the client stopped reading or gave up waiting: expected in these tests
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def start(self) -> Self:
         self._thread.start()

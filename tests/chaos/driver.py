@@ -52,6 +52,9 @@ from jobdesk.shared.webhooks.endpoints import add_endpoint
 from jobdesk.worker.failpoints import NAMES as FAILPOINT_NAMES
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
+from tests.chaos.latency import LatencyRelay
+from tests.chaos.netlab import DB_ADDRESS, SUBNET, NetLab
+from tests.chaos.partitions import Partitions, running_jobs
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
@@ -110,8 +113,13 @@ class ChaosRun:
         self.pg: PrivatePostgres | None = None
         self.bouncer: PgBouncer | None = None
         self.engine: sa.Engine | None = None
-        self.receiver = WebhookReceiver(random.Random(seed + 1))
-        self.sink = SmtpSink()
+        # On network-namespace hosts the receivers listen on the bridge address: the
+        # workers cannot reach this machine's loopback from their namespaces.
+        self.lab = NetLab(profile.hosts) if profile.hosts else None
+        self.relay: LatencyRelay | None = None
+        self.partitions: Partitions | None = None
+        self.receiver: WebhookReceiver | None = None
+        self.sink: SmtpSink | None = None
         self.fleet: Fleet | None = None
         self.planned: list[Planned] = []
         self.planned_lock = threading.Lock()
@@ -130,9 +138,20 @@ class ChaosRun:
 
     def _setup(self) -> str:
         """Everything the run needs; returns the database URL the workers use."""
+        bind = "127.0.0.1"
+        if self.lab is not None:
+            self.lab.setup()
+            bind = DB_ADDRESS
+            if self.lab.leftovers:
+                self._log(f"removed an earlier run's leftovers: {' '.join(self.lab.leftovers)}")
+        self.receiver = WebhookReceiver(random.Random(self.seed + 1), bind)
+        self.sink = SmtpSink(bind)
         if self.profile.backend == "postgresql":
-            self.pg = PrivatePostgres().setup()
+            network = (DB_ADDRESS, SUBNET) if self.lab is not None else None
+            self.pg = PrivatePostgres(network=network).setup()
             url = self.pg.url
+            if self.lab is not None:
+                self._setup_partitions(self.lab, self.pg)
         else:
             url = f"sqlite:///{self.workdir / 'chaos.db'}"
         settings = Settings(db_connect_timeout_seconds=2.0, db_statement_timeout_seconds=60.0)
@@ -158,6 +177,27 @@ class ChaosRun:
             return self.bouncer.url_for(url)
         return url
 
+    def _setup_partitions(self, lab: NetLab, pg: PrivatePostgres) -> None:
+        p = self.profile
+        if p.degraded_hosts and not lab.netem:
+            self.relay = LatencyRelay(DB_ADDRESS, ("127.0.0.1", pg.port), seed=self.seed).start()
+        self.partitions = Partitions(
+            lab,
+            hosts=p.hosts,
+            cuts=p.cuts,
+            one_way_cuts=p.one_way_cuts,
+            degraded_hosts=p.degraded_hosts,
+            skewed_hosts=p.skewed_hosts,
+            cut_seconds=p.cut_seconds,
+            # lease + a leader hand-over (the cut host may have led) + the new leader's
+            # hold-back (1.5 heartbeats) + two reaper intervals + scheduling slack
+            rescue_limit=LEASE_SECONDS + 2.0 + 1.5 + 2 * 0.5 + 2.0,
+            # TCP's retransmission back-off after a 9 s silence + the chaos jobs' 10 s
+            # timeout (a claim answered only after the heal holds its slot that long)
+            resume_limit=30.0,
+            relay=self.relay,
+        )
+
     def _worker_env(self, url: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
         env.update(
@@ -173,7 +213,10 @@ class ChaosRun:
                 "JOBDESK_DB_CONNECT_TIMEOUT_SECONDS": "2",
                 "JOBDESK_DB_STATEMENT_TIMEOUT_SECONDS": "10",
                 "JOBDESK_DB_POOL_SIZE": str(self.profile.concurrency),
-                "JOBDESK_SMTP_URL": f"{self.sink.url}?timeout=2",
+                # The sink has no TLS; off loopback (namespace hosts) STARTTLS would be
+                # required, so it is switched off for this private sink.
+                "JOBDESK_SMTP_URL": f"{self.sink.url}?timeout=2"
+                + ("&starttls=off" if self.lab is not None else ""),
                 "JOBDESK_SMTP_TIMEOUT_SECONDS": "2",
                 "JOBDESK_MAIL_FROM": "chaos@example.com",
                 "JOBDESK_EMAIL_TEMPLATES_DIR": str(Path(__file__).parent / "email_templates"),
@@ -293,6 +336,9 @@ class ChaosRun:
                 ["slow", "failing", "resetting"] if target == "webhook" else ["tempfail", "drop"]
             )
             events.append(Event(start + rng.uniform(1, usable), "receiver", (target, mode)))
+        if self.partitions is not None:
+            for at, kind, arg in self.partitions.schedule(start, window):
+                events.append(Event(at, kind, arg))
         heapq.heapify(events)
         return events
 
@@ -374,6 +420,8 @@ class ChaosRun:
                 faults["backends terminated"] += 1
             else:
                 heapq.heappush(events, Event(now + 0.5, "terminate"))
+        elif event.kind in ("degrade", "restore", "cut", "heal", "stranded"):
+            self._partition(event, events, now)
         elif event.kind == "receiver":
             target, mode = event.arg
             seconds = self.rng.uniform(3, 6)
@@ -395,6 +443,42 @@ class ChaosRun:
             outage = event.arg
             outage.ready_at = self.pg.wait_accepting()
             self._log("database resumed")
+
+    def _partition(self, event: Event, events: list[Event], now: float) -> None:
+        parts, fleet, engine = self.partitions, self.fleet, self.engine
+        assert parts is not None
+        assert fleet is not None
+        assert engine is not None
+        if event.kind == "degrade":
+            parts.degrade()
+            parts.sample_skews(engine, fleet)
+            self._log(f"hosts {parts.degraded}: 1% loss each way, 50 ms +- 20 ms delay")
+        elif event.kind == "restore":
+            parts.restore()
+            self._log(f"hosts {parts.degraded}: link restored")
+        elif event.kind == "cut":
+            cut = event.arg
+            busy = any(c.host == cut.host and not c.healed_at for c in parts.done)
+            log = fleet.slots[cut.host].log
+            if busy or not parts.cut(cut, lambda h: running_jobs(engine, fleet, h), log):
+                heapq.heappush(events, Event(now + 0.2, "cut", cut))
+                return
+            self.figures.faults[f"partition: {cut.kind}"] += 1
+            self._log(f"host {cut.host}: {cut.kind} (holding {cut.held} jobs)")
+            heapq.heappush(events, Event(now + self.profile.cut_seconds, "heal", cut))
+            heapq.heappush(events, Event(now + 1.0, "stranded", cut))
+        elif event.kind == "stranded":
+            # What the database still sees running on the host a second into the cut:
+            # those jobs can only end by a rescue (or, one way, by a late completion).
+            held = running_jobs(engine, fleet, event.arg.host)
+            if held < 0:
+                heapq.heappush(events, Event(now + 0.2, "stranded", event.arg))
+                return
+            event.arg.stranded = held
+        elif event.kind == "heal":
+            parts.heal(event.arg)
+            parts.sample_skews(engine, fleet)
+            self._log(f"host {event.arg.host}: healed")
 
     def _outage(self, kind: str, events: list[Event], now: float) -> None:
         assert self.pg is not None
@@ -491,6 +575,9 @@ class ChaosRun:
                 f"{self.profile.workers} workers x {self.profile.concurrency}; work dir "
                 f"{self.workdir}"
             )
+            if self.partitions is not None:
+                assert self.pg is not None
+                self.fleet.launch = self.partitions.launch(self.pg.url_at)
             for slot in self.fleet.slots:
                 self.fleet.start(slot.index)
             self.marks["start"] = time.time()
@@ -527,6 +614,8 @@ class ChaosRun:
         verdict = check(self.engine, planned, self.receiver, self.sink)
         self._throughput()
         self._count_faults(verdict)
+        if self.partitions is not None:
+            self.failures.extend(self.partitions.evaluate(self.engine, self.fleet))
         return verdict
 
     def _count_faults(self, verdict: Verdict) -> None:
@@ -549,6 +638,11 @@ class ChaosRun:
             ),
             "database paused": (faults["database paused"], p.pauses),
             "backends terminated": (faults["backends terminated"], p.terminations),
+            "partition: link down": (faults["partition: link down"], p.cuts),
+            "partition: one-way": (
+                sum(n for k, n in faults.items() if k.startswith("partition: drop")),
+                p.one_way_cuts,
+            ),
             "receiver faults": (
                 sum(n for k, n in faults.items() if "receiver" in k),
                 p.receiver_faults,
@@ -610,16 +704,18 @@ class ChaosRun:
         if self.fleet is not None:
             with contextlib.suppress(Exception):
                 self.fleet.force_kill_all()
-        with contextlib.suppress(Exception):
-            self.receiver.stop()
-        with contextlib.suppress(Exception):
-            self.sink.stop()
+        for outside in (self.receiver, self.sink, self.relay):
+            if outside is not None:
+                with contextlib.suppress(Exception):
+                    outside.stop()
         if self.engine is not None:
             self.engine.dispose()
         if self.bouncer is not None:
             self.bouncer.stop()
         if self.pg is not None:
             self.pg.teardown()
+        if self.lab is not None:
+            self.lab.teardown()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -652,6 +748,8 @@ class ChaosRun:
         for kind, took in fig.recoveries:
             shown = "never" if took is None else f"{took:.1f}s"
             lines.append(f"  recovery to >= 80% of baseline after {kind}: {shown}")
+        if self.partitions is not None:
+            lines.extend(self.partitions.report())
         for failure in [*verdict.failures, *self.failures]:
             lines.append(f"FAILURE: {failure}")
         if self.keep:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class Slot:
     stopped: bool = False
     starts: int = 0
     started_at: float = 0.0  # time.monotonic() of the last start
+    pids: list[int] = field(default_factory=list)  # every process this slot ran
 
 
 @dataclass
@@ -54,6 +56,11 @@ class Fleet:
     size: int
     concurrency: int
     cwd: Path
+    #: (slot index, command, environment) -> the command and environment to run, e.g.
+    #: inside a network namespace with its own database address (`tests.chaos.netlab`).
+    launch: Callable[[int, list[str], dict[str, str]], tuple[list[str], dict[str, str]]] | None = (
+        None
+    )
     slots: list[Slot] = field(default_factory=list)
     kills: int = 0
     stops: int = 0
@@ -73,18 +80,22 @@ class Fleet:
         env.pop(FAILPOINTS_ENV, None)
         if armed:
             env[FAILPOINTS_ENV] = armed
+        command = [*_command(), "worker", "--concurrency", str(self.concurrency)]
+        if self.launch is not None:
+            command, env = self.launch(index, command, env)
         slot.offset = slot.log.stat().st_size if slot.log.exists() else 0
         with slot.log.open("ab") as out:
             out.write(f"--- start {slot.starts} armed={armed or '-'} ---\n".encode())
             slot.offset = out.tell()
             slot.proc = subprocess.Popen(
-                [*_command(), "worker", "--concurrency", str(self.concurrency)],
+                command,
                 cwd=self.cwd,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        slot.pids.append(slot.proc.pid)
         slot.armed, slot.expected, slot.stopped = armed, None, False
         slot.starts += 1
         slot.started_at = time.monotonic()

@@ -52,7 +52,14 @@ def free_port() -> int:
 
 
 class PrivatePostgres:
-    def __init__(self) -> None:
+    def __init__(
+        self, network: tuple[str, str] | None = None, settings: dict[str, str] | None = None
+    ) -> None:
+        """`network` = (address, CIDR): also listen on that address and trust clients
+        from that subnet (the worker hosts of `tests.chaos.netlab`). `settings`: more
+        server settings (`-c name=value`), e.g. for a benchmark."""
+        self.network = network
+        self.settings = settings or {}
         self.bin = _bin_dir()
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="jobdesk-chaos-pg-"))
@@ -80,7 +87,10 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{DATABASE}"
+        return self.url_at("127.0.0.1")
+
+    def url_at(self, host: str, port: int | None = None) -> str:
+        return f"postgresql+psycopg://postgres@{host}:{port or self.port}/{DATABASE}"
 
     def _dsn(self, database: str = DATABASE) -> str:
         return (
@@ -91,16 +101,20 @@ class PrivatePostgres:
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> PrivatePostgres:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        if self.network:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.network[1]} trust\n")
         self.start()
         with psycopg.connect(self._dsn("postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
         return self
 
     def _options(self) -> str:
+        listen = "127.0.0.1" + (f",{self.network[0]}" if self.network else "")
         return (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on "
+            f"-p {self.port} -k {self.root} -c listen_addresses={listen} -c fsync=on "
             "-c max_connections=300 -c shared_buffers=32MB"
-        )
+        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),

@@ -4,6 +4,11 @@ The driver enqueues `jobs` at a steady `rate` (jobs/s): a `baseline` window with
 faults, the fault window, and an `after` window without faults; then it waits up to
 `drain` seconds for every job to reach a final state. The fault counts are minimums:
 the checker fails the run when fewer happened than planned.
+
+`hosts` > 0 puts one worker on each of that many network-namespace hosts
+(`tests.chaos.netlab`, root and the `ip`/`nft` tools needed) and enables the partition
+faults of `tests.chaos.partitions`: link-down `cuts`, `one_way_cuts`, hosts with a
+degraded link and hosts with a clock an hour off.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ class Profile:
     pause_seconds: float = 10.0
     terminations: int = 0
     receiver_faults: int = 0
+    hosts: int = 0
+    cuts: int = 0
+    one_way_cuts: int = 0
+    degraded_hosts: int = 0
+    skewed_hosts: int = 0
+    cut_seconds: float = 9.0
+    """Longer than the lease (3 s) + the leader hand-over and hold-back: jobs are rescued."""
     drain: float = 60.0
     recovery_limit: float = 10.0
     budget: float = 300.0
@@ -57,6 +69,8 @@ class Profile:
             + self.pauses
             + self.terminations
             + self.receiver_faults
+            + self.cuts
+            + self.one_way_cuts
         )
 
 
@@ -124,6 +138,31 @@ PROFILES: dict[str, Profile] = {
         receiver_faults=20,
         drain=120.0,
         budget=1300.0,
+    ),
+    # Three hosts, one worker each: host 0 is cut off (link down) and then loses one
+    # direction at a time, host 1 has 1 % loss and 50 ms +- 20 ms delay, host 2's clock
+    # is an hour ahead. Run by .ci/run on its own: about 1.5 minutes.
+    "partition": Profile(
+        name="partition",
+        backend="postgresql",
+        jobs=900,
+        rate=15.0,
+        workers=3,
+        concurrency=4,
+        baseline=8.0,
+        after=12.0,
+        kills=0,
+        failpoint_crashes=0,
+        armed_slots=0,
+        stops=0,
+        receiver_faults=0,
+        hosts=3,
+        cuts=1,
+        one_way_cuts=2,
+        degraded_hosts=1,
+        skewed_hosts=1,
+        drain=30.0,
+        budget=120.0,
     ),
     "sqlite": Profile(
         name="sqlite",

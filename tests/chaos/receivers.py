@@ -47,7 +47,7 @@ SMTP_MODES = ("ok", "tempfail", "drop")
 
 
 class WebhookReceiver(LocalPostServer):
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, host: str = "127.0.0.1") -> None:
         self.secrets: list[str] = []
         self.mode = "ok"
         self._rng = rng
@@ -60,7 +60,7 @@ class WebhookReceiver(LocalPostServer):
         self.aborted = 0
         self.rejected = 0
         self.answers: Counter[str] = Counter()
-        super().__init__()
+        super().__init__(host)
 
     def set_mode(self, mode: str) -> None:
         assert mode in WEBHOOK_MODES, mode
@@ -164,14 +164,15 @@ class _SmtpHandler:
 
 
 class SmtpSink:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.handler = _SmtpHandler()
+        self.host = host
         self.port = free_port()
-        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
+        self.controller = Controller(self.handler, hostname=host, port=self.port)
 
     @property
     def url(self) -> str:
-        return f"smtp://127.0.0.1:{self.port}"
+        return f"smtp://{self.host}:{self.port}"
 
     def set_mode(self, mode: str) -> None:
         assert mode in SMTP_MODES, mode

@@ -4,7 +4,7 @@
   proves nothing): synthetic lost, stuck, doubly applied and unplanned-dead jobs on
   both databases.
 - Failpoints: off by default, parsed strictly, and a hit really SIGKILLs the process.
-- A whole chaos run (`JOBDESK_CHAOS=ci|sqlite|soak`, seed `JOBDESK_CHAOS_SEED`) — opt-in,
+- A whole chaos run (`JOBDESK_CHAOS=ci|partition|sqlite|soak`, seed `JOBDESK_CHAOS_SEED`) — opt-in,
   because `.ci/run` runs the CI and SQLite profiles as their own step
   (`python -m tests.chaos`), after the main suite.
 """
@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.worker import failpoints
+from tests.chaos.__main__ import partition_unavailable
 from tests.chaos.checker import Planned, check
 from tests.chaos.driver import ChaosRun
 from tests.chaos.profiles import PROFILES
@@ -183,8 +184,13 @@ def test_failpoint_fires_on_the_nth_hit_with_sigkill() -> None:
 def test_chaos_profile() -> None:
     name = os.environ.get("JOBDESK_CHAOS", "")
     if not name:
-        pytest.skip("set JOBDESK_CHAOS=ci|pgbouncer|sqlite|soak to run a whole chaos run here")
+        pytest.skip(
+            "set JOBDESK_CHAOS=ci|pgbouncer|partition|sqlite|soak to run a whole chaos run here"
+        )
+    profile = PROFILES[name]
+    if profile.hosts and (reason := partition_unavailable(profile)):
+        pytest.skip(reason)
     seed = int(os.environ.get("JOBDESK_CHAOS_SEED") or random.randrange(1, 1_000_000))
     lines: list[str] = []
-    passed = ChaosRun(PROFILES[name], seed, out=lines.append).run()
+    passed = ChaosRun(profile, seed, out=lines.append).run()
     assert passed, "\n".join(lines)

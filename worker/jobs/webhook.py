@@ -268,7 +268,15 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         raise PermanentError(f"webhook data is not JSON: {exc}") from None
     target = _vet(delivery)
     encoded = body.encode()
-    headers = signed_headers(endpoint.signing_secrets(clock()), delivery.msg_id, encoded)
+    # `webhook-timestamp` from the database clock: a host whose own clock is off would
+    # otherwise sign with a time the receiver rejects (5-minute tolerance).
+    signed_at = clock()
+    headers = signed_headers(
+        endpoint.signing_secrets(signed_at),
+        delivery.msg_id,
+        encoded,
+        timestamp=int(signed_at.timestamp()),
+    )
     result = post(
         target,
         headers.as_dict(),
@@ -306,7 +314,7 @@ def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
     if status in RETRYABLE_STATUS or status >= 500:
         # 408/425/429 say "not now", not "broken": only 5xx count against the breaker.
         delivery.log("retry", result, failure=line if status >= 500 else None)
-        wait = parse_retry_after(_header(result, "retry-after"), datetime.now(UTC))
+        wait = parse_retry_after(_header(result, "retry-after"), delivery.clock())
         if wait is not None and math.isfinite(wait):
             capped = min(wait, cfg.webhook_retry_after_cap_seconds)
             raise RetryAfter(capped, f"{line}; Retry-After {wait:g}s (using {capped:g}s)")
