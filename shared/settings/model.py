@@ -44,8 +44,8 @@ TESTS = "Tests, benchmarks and the demo (not for production)"
 KNOWN_ELSEWHERE: dict[str, str] = {
     "JOBDESK_TEST_POSTGRES_URL": "server the test suite creates its databases on "
     "(default `postgresql+psycopg://root@127.0.0.1:5432/test`)",
-    "JOBDESK_CHAOS": "`ci`, `pgbouncer`, `sqlite` or `soak`: run that torture-suite profile "
-    "inside pytest",
+    "JOBDESK_CHAOS": "`ci`, `pgbouncer`, `partition`, `sqlite` or `soak`: run that "
+    "torture-suite profile inside pytest",
     "JOBDESK_CHAOS_SEED": "seed of the torture suite's fault schedule in `.ci/run`",
     "JOBDESK_BENCH_POSTGRES_URL": "server the benchmarks create their databases on",
     "JOBDESK_TEST_FAILPOINTS": "crash points armed in a worker by the torture suite "
