@@ -4,6 +4,7 @@ the last 5 and 60 minutes, the live workers serving it; pause / resume with a re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, request, url_for
@@ -49,29 +50,31 @@ def _fallback() -> str:
     return url_for("jobdesk.queues.index")
 
 
+def _act(name: str, verb: str, change: Callable[..., Any], done: str) -> Any:
+    """Pause or resume queue `name` with the form's reason; the outcome as a flash."""
+    try:
+        with db.write() as conn:
+            change(conn, name, actor=auth.actor(), reason=request.form.get("reason"),
+                   now=db.now(conn))  # fmt: skip
+    except ValidationError as exc:
+        note(f"Queue {name} not {verb}: the {exc.field} {exc.message}", "error")
+        return back(_fallback())
+    note(done, "success")
+    return back(_fallback())
+
+
 @bp.post("/queues/<name>/pause")
 @auth.requires(Role.OPERATOR)
 def pause(name: str) -> Any:
-    reason = request.form.get("reason")
-    try:
-        with db.write() as conn:
-            pause_queue(conn, name, actor=auth.actor(), reason=reason, now=db.now(conn))
-    except ValidationError as exc:
-        note(f"Queue {name} not paused: the {exc.field} {exc.message}", "error")
-        return back(_fallback())
-    note(f"Paused queue {name}: no worker claims its jobs until it is resumed.", "success")
-    return back(_fallback())
+    return _act(
+        name, "paused", pause_queue,
+        f"Paused queue {name}: no worker claims its jobs until it is resumed.",
+    )  # fmt: skip
 
 
 @bp.post("/queues/<name>/resume")
 @auth.requires(Role.OPERATOR)
 def resume(name: str) -> Any:
-    reason = request.form.get("reason")
-    try:
-        with db.write() as conn:
-            resume_queue(conn, name, actor=auth.actor(), reason=reason, now=db.now(conn))
-    except ValidationError as exc:
-        note(f"Queue {name} not resumed: the {exc.field} {exc.message}", "error")
-        return back(_fallback())
-    note(f"Resumed queue {name}; workers claim its jobs again.", "success")
-    return back(_fallback())
+    return _act(
+        name, "resumed", resume_queue, f"Resumed queue {name}; workers claim its jobs again."
+    )
