@@ -10,6 +10,7 @@ from jobdesk.shared.alerts import models as _alerts
 from jobdesk.shared.core import audit as _audit
 from jobdesk.shared.core import job_counts as _job_counts
 from jobdesk.shared.core.models import metadata
+from jobdesk.shared.history import models as _history
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
 from jobdesk.shared.reports import models as _reports
@@ -23,6 +24,7 @@ __all__ = ["metadata"]
 _TABLE_MODULES = (
     _alerts,
     _audit,
+    _history,
     _job_counts,
     _limits,
     _operator,

@@ -728,6 +728,37 @@ def upgrade() -> None:
             "ix_jobdesk_job_tombstones_retried_from_id", ["retried_from_id"], unique=False
         )
         batch_op.create_index("ix_jobdesk_job_tombstones_pruned_at", ["pruned_at"], unique=False)
+    op.create_table(
+        "jobdesk_history_minutes",
+        sa.Column(
+            "minute", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("processed", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("failed", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("dead", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("waited", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("wait_seconds_sum", sa.Float(), server_default=sa.text("0"), nullable=False),
+        sa.Column("wait_seconds_max", sa.Float(), nullable=True),
+        sa.PrimaryKeyConstraint(
+            "minute", "queue", "job_type", name=op.f("pk_jobdesk_history_minutes")
+        ),
+    )
+    op.create_table(
+        "jobdesk_history_watermark",
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column(
+            "last_attempt_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
+        ),
+        sa.Column(
+            "settled_before", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column(
+            "rolled_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_history_watermark")),
+    )
     if postgresql:
         op.create_index(
             "ix_jobdesk_jobs_last_error_trgm",
@@ -810,6 +841,8 @@ def _drop_counting() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("jobdesk_history_watermark")
+    op.drop_table("jobdesk_history_minutes")
     op.drop_table("jobdesk_job_tombstones")
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
         batch_op.drop_index("ix_jobdesk_schedules_next_run_at")

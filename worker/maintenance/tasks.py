@@ -26,6 +26,7 @@ from jobdesk.shared.settings import Settings
 from jobdesk.worker.maintenance import (
     alerter,
     counts_compactor,
+    history_rollup,
     periodic,
     pruner,
     worker_pruner,
@@ -77,5 +78,10 @@ def default_tasks() -> list[MaintenanceTask]:
             "counts_compactor",
             counts_compactor.interval_seconds,
             lambda ctx, now: counts_compactor.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "history_rollup",
+            history_rollup.interval_seconds,
+            lambda ctx, now: history_rollup.run_once(ctx.engine, now),
         ),
     ]

@@ -1,0 +1,261 @@
+"""The history rollup: finished attempts folded into per-minute buckets.
+
+`roll_up` reads `jobdesk_job_attempts` past the watermark (an attempt id) and adds each
+attempt to the bucket of the minute it *finished* in, for its job's queue and type:
+
+- processed: attempts that succeeded; failed: attempts that failed (error, timeout, lost
+  worker, permanent error — not released or cancelled ones); dead: the failed attempts
+  that left their job dead (a job's last attempt, the job now `dead`).
+- queue wait: the attempt's `started_at` minus the moment its job became runnable, the
+  job's `next_run_at`. That moment is only kept for a job's latest attempt (a retry
+  moves `next_run_at` on), so the wait is measured for attempts that are still their
+  job's latest — every first-try job and every final attempt; `waited` says how many.
+
+Why the watermark is an attempt id and not a finished_at: an attempt row is written when
+its attempt ends, so a long job that started an hour ago arrives with today's id, and a
+completion delayed by a database outage arrives with a new id and an old `finished_at`
+— both are picked up by id and added to the minute they finished in. A pass only moves
+the watermark up to the newest attempt that finished at least `SETTLE` ago, so rows of
+transactions still in flight (ids are taken before commit) are not stepped over.
+
+Idempotent: the watermark moves with a compare-and-set in the same transaction as the
+additions, so a second leader during a hand-over (or a re-run) that read the same
+watermark rolls back instead of counting twice. Buckets older than `KEEP` (the longest
+chart range plus a day) are deleted by `prune`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.states import AttemptOutcome, JobStatus
+from jobdesk.shared.history.models import history_minutes, history_watermark
+
+#: The longest chart range is 7 days; a day more so a range that starts mid-bucket is full.
+KEEP = timedelta(days=8)
+#: How long after its end an attempt is surely committed (completions are stamped before
+#: their short transaction begins).
+SETTLE = timedelta(minutes=2)
+#: Attempts read per transaction; a pass reads at most `MAX_CHUNKS` of them.
+CHUNK = 20_000
+MAX_CHUNKS = 25
+WATERMARK = "attempts"
+
+FAILED_OUTCOMES = (
+    AttemptOutcome.FAILED.value,
+    AttemptOutcome.TIMEOUT.value,
+    AttemptOutcome.LOST.value,
+    AttemptOutcome.PERMANENT.value,
+)
+_ROWS_PER_STATEMENT = 500
+_a = job_attempts.c
+_j = jobs.c
+_h = history_minutes.c
+_w = history_watermark.c
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One `roll_up`: attempts counted, bucket rows written, where the watermark stands."""
+
+    attempts: int
+    buckets: int
+    last_attempt_id: int
+
+
+class _Overtaken(Exception):
+    """Another leader moved the watermark since this chunk read it."""
+
+
+def roll_up(engine: sa.Engine, now: datetime) -> Pass:
+    """Fold every settled attempt past the watermark into its bucket, one committed chunk
+    at a time (at most `MAX_CHUNKS`; the next pass goes on from there)."""
+    attempts = buckets = 0
+    for _ in range(MAX_CHUNKS):
+        try:
+            with engine.begin() as conn:
+                counted, written, full = _roll_chunk(conn, now)
+        except _Overtaken:
+            break
+        attempts, buckets = attempts + counted, buckets + written
+        if not full:
+            break
+    with engine.connect() as conn:
+        return Pass(attempts, buckets, watermark(conn)[0])
+
+
+def watermark(conn: sa.Connection) -> tuple[int, datetime | None]:
+    """The last attempt id counted and the moment the buckets are complete before."""
+    row = conn.execute(
+        sa.select(_w.last_attempt_id, _w.settled_before).where(_w.name == WATERMARK)
+    ).first()
+    return (0, None) if row is None else (int(row.last_attempt_id), row.settled_before)
+
+
+def _roll_chunk(conn: sa.Connection, now: datetime) -> tuple[int, int, bool]:
+    """Count the next chunk; returns (attempts counted, bucket rows, more may follow)."""
+    _ensure_watermark(conn)
+    after, _ = watermark(conn)
+    settled = now - SETTLE
+    window = (
+        sa.select(_a.id, _a.finished_at)
+        .where(_a.id > after)
+        .order_by(_a.id)
+        .limit(CHUNK)
+        .subquery()
+    )
+    upto, seen = conn.execute(
+        sa.select(
+            sa.func.max(sa.case((window.c.finished_at < settled, window.c.id))),
+            sa.func.count(),
+        )
+    ).one()
+    # The newest settled attempt bounds the chunk; the fresher ones wait for a later pass.
+    upto = after if upto is None else int(upto)
+    full = int(seen) == CHUNK
+    # Complete before `settled` only once nothing older is left to read.
+    if not _move_watermark(conn, after, upto, None if full else settled, now):
+        raise _Overtaken
+    if upto == after:
+        return 0, 0, False
+    rows = _aggregate(conn, after, upto, horizon=now - KEEP)
+    _add(conn, rows)
+    counted = sum(r["processed"] + r["failed"] for r in rows)
+    return counted, len(rows), full
+
+
+def _ensure_watermark(conn: sa.Connection) -> None:
+    insert = (
+        pg.insert(history_watermark) if is_postgresql(conn) else sqlite.insert(history_watermark)
+    )
+    conn.execute(
+        insert.values(name=WATERMARK, last_attempt_id=0).on_conflict_do_nothing(
+            index_elements=[_w.name]
+        )
+    )
+
+
+def _move_watermark(
+    conn: sa.Connection, expected: int, upto: int, settled: datetime | None, now: datetime
+) -> bool:
+    values: dict[str, Any] = {"last_attempt_id": upto, "rolled_at": now}
+    if settled is not None:
+        values["settled_before"] = settled
+    result = conn.execute(
+        sa.update(history_watermark)
+        .where(_w.name == WATERMARK, _w.last_attempt_id == expected)
+        .values(**values)
+    )
+    return bool(result.rowcount)
+
+
+def _minute(conn: sa.Connection) -> Any:
+    if is_postgresql(conn):
+        return sa.func.date_trunc("minute", sa.func.timezone("UTC", _a.finished_at))
+    # Stored as fixed-width UTC text: the first 16 characters are "YYYY-MM-DD HH:MM".
+    return sa.func.substr(_a.finished_at, 1, 16)
+
+
+def _wait_seconds(conn: sa.Connection) -> Any:
+    if is_postgresql(conn):
+        return sa.func.extract("epoch", _a.started_at - _j.next_run_at)
+    return (sa.func.julianday(_a.started_at) - sa.func.julianday(_j.next_run_at)) * 86400.0
+
+
+def _aggregate(
+    conn: sa.Connection, after: int, upto: int, *, horizon: datetime
+) -> list[dict[str, Any]]:
+    failed = _a.outcome.in_(FAILED_OUTCOMES)
+    last = _a.attempt == _j.attempts
+    died = sa.and_(failed, last, _j.status == JobStatus.DEAD.value)
+    # Only the latest attempt's runnable moment is still on the job (see the module doc).
+    known = sa.and_(last, _a.started_at.is_not(None), _j.next_run_at <= _a.started_at)
+    wait = _wait_seconds(conn)
+    minute = _minute(conn).label("minute")
+
+    def count(condition: Any) -> Any:
+        return sa.func.sum(sa.case((condition, 1), else_=0))
+
+    query = (
+        sa.select(
+            minute,
+            _j.queue,
+            _j.job_type,
+            count(_a.outcome == AttemptOutcome.SUCCEEDED.value).label("processed"),
+            count(failed).label("failed"),
+            count(died).label("dead"),
+            count(known).label("waited"),
+            sa.func.sum(sa.case((known, wait), else_=0.0)).label("wait_sum"),
+            sa.func.max(sa.case((known, wait))).label("wait_max"),
+        )
+        .select_from(job_attempts.join(jobs, _j.id == _a.job_id))
+        .where(_a.id > after, _a.id <= upto, _a.finished_at >= horizon)
+        .group_by(minute, _j.queue, _j.job_type)
+    )
+    rows = []
+    for row in conn.execute(query):
+        if not (row.processed or row.failed or row.waited):
+            continue  # only released or cancelled attempts: nothing to draw
+        rows.append(
+            {
+                "minute": _as_minute(row.minute),
+                "queue": row.queue,
+                "job_type": row.job_type,
+                "processed": int(row.processed),
+                "failed": int(row.failed),
+                "dead": int(row.dead),
+                "waited": int(row.waited),
+                "wait_seconds_sum": max(0.0, float(row.wait_sum or 0.0)),
+                "wait_seconds_max": None if row.wait_max is None else max(0.0, float(row.wait_max)),
+            }
+        )
+    return rows
+
+
+def _as_minute(value: Any) -> datetime:
+    if isinstance(value, str):
+        return datetime.strptime(value, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+    moment: datetime = value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+    """Add the counts to existing buckets (an attempt arriving late joins its minute)."""
+    postgresql = is_postgresql(conn)
+    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+        insert = pg.insert(history_minutes) if postgresql else sqlite.insert(history_minutes)
+        new = insert.excluded
+        if postgresql:
+            worst = sa.func.greatest(_h.wait_seconds_max, new.wait_seconds_max)
+        else:  # SQLite's two-argument max() is NULL when either side is
+            worst = sa.func.max(
+                sa.func.coalesce(_h.wait_seconds_max, new.wait_seconds_max),
+                sa.func.coalesce(new.wait_seconds_max, _h.wait_seconds_max),
+            )
+        conn.execute(
+            insert.values(rows[start : start + _ROWS_PER_STATEMENT]).on_conflict_do_update(
+                index_elements=[_h.minute, _h.queue, _h.job_type],
+                set_={
+                    "processed": _h.processed + new.processed,
+                    "failed": _h.failed + new.failed,
+                    "dead": _h.dead + new.dead,
+                    "waited": _h.waited + new.waited,
+                    "wait_seconds_sum": _h.wait_seconds_sum + new.wait_seconds_sum,
+                    "wait_seconds_max": worst,
+                },
+            )
+        )
+
+
+def prune(conn: sa.Connection, now: datetime) -> int:
+    """Delete the buckets no chart range reaches any more; returns how many."""
+    result = conn.execute(sa.delete(history_minutes).where(_h.minute < now - KEEP))
+    return int(result.rowcount or 0)
