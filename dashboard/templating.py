@@ -13,6 +13,7 @@ from typing import Any
 from flask import Flask, request, url_for
 
 from jobdesk.dashboard import auth, csrf
+from jobdesk.dashboard.charts import Chart, dead_trend_chart
 from jobdesk.dashboard.navigation import here
 from jobdesk.dashboard.refresh import REFRESH_INTERVALS, remembered_refresh
 from jobdesk.dashboard.state import get_state
@@ -155,6 +156,10 @@ def cancel_hard_stop_by(requested_at: datetime) -> datetime:
     return hard_stop_by(requested_at, get_state().settings)
 
 
+def trend_chart_of(trend: list[Any], label: str) -> Chart:
+    return dead_trend_chart(trend, label, lambda value: number(int(value)))
+
+
 def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
@@ -179,4 +184,5 @@ def install(app: Flask) -> None:
         cancel_hard_stop_by=cancel_hard_stop_by,
         refresh_intervals=REFRESH_INTERVALS,
         remembered_refresh=remembered_refresh,
+        trend_chart_of=trend_chart_of,
     )

@@ -50,7 +50,6 @@ def index() -> Any:
         filtered=not replace(filters, time_field="created").is_empty,
         found=found,
         trend=trend,
-        trend_peak=max((b.count for b in trend), default=0),
         trend_total=sum(b.count for b in trend),
         ranges=tuple(RANGES),
         now=now,

@@ -81,7 +81,6 @@ def overview_data() -> dict[str, Any]:
         "ages": sorted(aggregates["ages"].items(), key=lambda kv: -kv[1]),
         "stale_queue_seconds": STALE_QUEUE_SECONDS,
         "trend": trend,
-        "trend_peak": max((bucket.count for bucket in trend), default=0),
         "trend_total": sum(bucket.count for bucket in trend),
         "unresolved_dead": aggregates["unresolved"],
         "open_alerts": open_alerts,

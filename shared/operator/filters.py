@@ -86,6 +86,16 @@ def _choice(args: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str
     return value
 
 
+def name_param(args: Mapping[str, Any], name: str) -> str | None:
+    """A queue or job type parameter, checked like `JobFilters`' (None when blank)."""
+    return _name(args, name)
+
+
+def choice_param(args: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str | None:
+    """A parameter from an allow-list, checked like `JobFilters`' (None when blank)."""
+    return _choice(args, name, allowed)
+
+
 #: The largest id (and any other integer) a query may bind: PostgreSQL's BIGINT.
 MAX_ID = 2**63 - 1
 
