@@ -25,6 +25,7 @@ from jobdesk.dashboard import create_app
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import job_attempts, leases, workers
+from jobdesk.shared.history.rollup import roll_up
 from jobdesk.shared.operator.accounts import add_operator
 from jobdesk.shared.schedules.store import sync_declared
 from jobdesk.shared.settings import Settings
@@ -189,6 +190,8 @@ def seed(engine: sa.Engine) -> Seeded:
             tz="Europe/Berlin",
         )
         sync_declared(conn, [nightly.declared(now)], now=now)
+    # The leader has folded the finished attempts into the History page's buckets.
+    roll_up(engine, now)
     return Seeded(crm_dead, email_dead, report_dead)
 
 
