@@ -10,6 +10,9 @@ newest rows, as in a live queue), SQLite the same shape with a recursive CTE. Th
 dashboard runs under gunicorn (the shipped gthread config) in a subprocess; an operator
 logs in and each page is fetched `--rounds` times after one warm-up. The overview is
 measured twice: with its 5-second count cache (the default) and recomputing every time.
+The History page is timed after the leader's rollup has folded the loaded attempts in
+(its duration is printed) and every minute of the last 8 days has a bucket for each of
+the six queue/type pairs, the most that page ever reads.
 Printed: p50/p95 per page, then the `EXPLAIN (ANALYZE, BUFFERS)` of the slowest SQL
 statement those pages ran (captured by running the same shared queries in-process).
 
@@ -29,18 +32,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jobdesk.shared.core.db import make_engine  # noqa: E402
 from jobdesk.shared.core.masking import fingerprint  # noqa: E402
+from jobdesk.shared.history.models import history_minutes  # noqa: E402
+from jobdesk.shared.history.rollup import KEEP, roll_up  # noqa: E402
 from jobdesk.shared.migrate import upgrade  # noqa: E402
 from jobdesk.shared.operator.accounts import add_operator  # noqa: E402
 
@@ -73,6 +80,14 @@ FAMILIES = [
     "json.decoder.JSONDecodeError: Expecting value: line 1 column {n} (char 0)",
 ]
 DISTINCT_PER_FAMILY = 2500  # 20 x 2,500 = 50,000 distinct texts
+GROUPS = [
+    ("email", "email.send"),
+    ("webhooks", "webhook.deliver"),
+    ("reports", "report.generate"),
+    ("reports", "report.chunk"),
+    ("default", "crm.sync"),
+    ("default", "invoice.render"),
+]
 
 
 def _sql_list(values: list[str]) -> str:
@@ -203,6 +218,41 @@ def load_sqlite(url: str, total: int) -> None:
     engine.dispose()
 
 
+def load_history(url: str) -> tuple[float, int, int]:
+    """Roll the loaded attempts up as the leader would, then give every minute of the
+    kept range a bucket per group; returns (rollup seconds, attempts, bucket rows)."""
+    engine = make_engine(url)
+    now = datetime.now(UTC)
+    started = time.monotonic()
+    rolled = roll_up(engine, now)
+    took = time.monotonic() - started
+    first = now.replace(second=0, microsecond=0) - KEEP
+    rows = [
+        {
+            "minute": first + timedelta(minutes=m),
+            "queue": queue,
+            "job_type": job_type,
+            "processed": 40 + (m * 7 + g) % 90,
+            "failed": (m + g) % 6,
+            "dead": 1 if (m + g) % 50 == 0 else 0,
+            "waited": 40,
+            "wait_seconds_sum": 40 * (0.2 + (m % 30) / 10),
+            "wait_seconds_max": 1.0 + (m % 45),
+        }
+        for m in range(int(KEEP.total_seconds() // 60))
+        for g, (queue, job_type) in enumerate(GROUPS)
+    ]
+    insert = (pg.insert if engine.dialect.name == "postgresql" else sqlite.insert)(history_minutes)
+    with engine.begin() as conn:
+        for start in range(0, len(rows), 5000):
+            conn.execute(insert.on_conflict_do_nothing(), rows[start : start + 5000])
+        buckets = conn.execute(sa.select(sa.func.count()).select_from(history_minutes)).scalar_one()
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("ANALYZE jobdesk_history_minutes"))
+    engine.dispose()
+    return took, rolled.attempts, int(buckets)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -267,6 +317,10 @@ def pages(fp: str) -> dict[str, str]:
         "error search (common)": "/jobs?error=mailbox+unavailable",
         "dead-letter groups": "/dead",
         "one group's jobs": f"/jobs?status=dead&resolution=unresolved&fingerprint={fp}",
+        "history 1 h": "/history?range=1h",
+        "history 24 h": "/history",
+        "history 7 d": "/history?range=7d",
+        "history 7 d, one type": "/history?range=7d&type=email.send",
     }
 
 
@@ -320,6 +374,7 @@ def slowest_statement(url: str, fp: str) -> tuple[float, str, Any]:
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend, unresolved_dead_count
     from jobdesk.shared.operator.filters import JobFilters
+    from jobdesk.shared.operator.history import HistoryFilters, read_history
     from jobdesk.shared.operator.queries import list_jobs
     from jobdesk.shared.operator.stats import (
         counts_by_status_queue_type,
@@ -356,6 +411,8 @@ def slowest_statement(url: str, fp: str) -> tuple[float, str, Any]:
             ):
                 list_jobs(conn, JobFilters.from_args(args), now=now)
             dead_groups(conn, JobFilters(), now=now)
+            for span in ("24h", "7d"):
+                read_history(conn, HistoryFilters(span=span), now=now)
     engine.dispose()
     return max(seen[len(seen) // 2 :], key=lambda item: item[0])
 
@@ -387,6 +444,8 @@ def run(name: str, url: str, total: int, rounds: int) -> None:
         attempts = conn.execute(sa.text("SELECT count(*) FROM jobdesk_job_attempts")).scalar_one()
     engine.dispose()
     print(f"loaded in {time.monotonic() - started:.1f}s: {counts}; {attempts:,} attempt rows")
+    took, rolled, buckets = load_history(url)
+    print(f"history rollup: {rolled:,} attempts in {took:.1f}s; {buckets:,} bucket rows")
     fp = fingerprint(FAMILIES[0].replace("{n}", "1")) or ""
     results = []
     for cache in (True, False):

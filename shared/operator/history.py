@@ -1,11 +1,11 @@
 """Read side of the History page: the rollup's minutes summed into chart buckets.
 
 A range has a fixed bucket size so every chart has 60 to 100 bars: 1 h in minutes, 24 h in
-quarter hours, 7 d in two-hour buckets. The database sums the minutes (one row per
-minute, whatever the number of queues and types); this module folds them into buckets
-aligned to UTC multiples of the bucket size, so a bucket keeps its boundaries from one
-refresh to the next. Reads `jobdesk_history_minutes` only — never the jobs or attempts,
-so the cost is bounded by the range (at most 10,080 minutes), not by the queue's size.
+quarter hours, 7 d in two-hour buckets, aligned to UTC multiples of the bucket size so a
+bucket keeps its boundaries from one refresh to the next. The database sums the minutes
+into the buckets; only a few hundred rows come back. Reads `jobdesk_history_minutes`
+only — never the jobs or attempts — so the cost is bounded by the range (at most 10,080
+minutes per queue and type), not by the queue's size.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.history.models import history_minutes
 from jobdesk.shared.history.rollup import watermark
 from jobdesk.shared.operator.filters import choice_param, name_param
@@ -124,20 +126,32 @@ def _floor(moment: datetime, step: timedelta) -> datetime:
     return moment - (moment - _EPOCH) % step
 
 
+def _bucket_index(conn: sa.Connection, start: datetime, step: timedelta) -> Any:
+    """Which bucket a minute falls in: whole minutes since `start` divided by the step."""
+    since = sa.bindparam("since", start, type_=UTCDateTime())
+    if is_postgresql(conn):
+        minutes = sa.func.round(sa.extract("epoch", _h.minute - since) / 60)
+    else:
+        minutes = sa.func.round((sa.func.julianday(_h.minute) - sa.func.julianday(since)) * 1440)
+    per = int(step.total_seconds() // 60)
+    return sa.cast(minutes, sa.Integer) // per
+
+
 def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime) -> History:
-    """The buckets of `filters.span` up to now (the newest bucket is still filling)."""
+    """The buckets of `filters.span` up to now (the newest bucket is still filling).
+
+    One pass over the range's minutes, summed per bucket, queue and type: the same rows
+    give the chosen queue's and type's bars and the filters' choices (every queue and
+    type with history in the range), at most buckets times groups rows back."""
     span = SPANS[filters.span]
     end = _floor(now, span.step) + span.step
     start = end - span.length
-    in_range = [_h.minute >= start, _h.minute < end]
-    chosen = list(in_range)
-    if filters.queue:
-        chosen.append(_h.queue == filters.queue)
-    if filters.job_type:
-        chosen.append(_h.job_type == filters.job_type)
-    per_minute = (
+    index = _bucket_index(conn, start, span.step).label("bucket")
+    query = (
         sa.select(
-            _h.minute,
+            index,
+            _h.queue,
+            _h.job_type,
             sa.func.sum(_h.processed).label("processed"),
             sa.func.sum(_h.failed).label("failed"),
             sa.func.sum(_h.dead).label("dead"),
@@ -145,16 +159,23 @@ def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime)
             sa.func.sum(_h.wait_seconds_sum).label("wait_sum"),
             sa.func.max(_h.wait_seconds_max).label("wait_max"),
         )
-        .where(*chosen)
-        .group_by(_h.minute)
+        .where(_h.minute >= start, _h.minute < end)
+        .group_by(index, _h.queue, _h.job_type)
     )
     count = int(span.length / span.step)
     sums: list[list[Any]] = [[0, 0, 0, 0, 0.0, None] for _ in range(count)]
-    for row in conn.execute(per_minute):
-        index = int((row.minute - start) / span.step)
-        if not 0 <= index < count:
+    queues: set[str] = set()
+    job_types: set[str] = set()
+    for row in conn.execute(query):
+        queues.add(row.queue)
+        job_types.add(row.job_type)
+        if filters.queue and row.queue != filters.queue:
             continue
-        into = sums[index]
+        if filters.job_type and row.job_type != filters.job_type:
+            continue
+        if not 0 <= row.bucket < count:
+            continue
+        into = sums[row.bucket]
         into[0] += int(row.processed or 0)
         into[1] += int(row.failed or 0)
         into[2] += int(row.dead or 0)
@@ -162,16 +183,12 @@ def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime)
         into[4] += float(row.wait_sum or 0.0)
         if row.wait_max is not None:
             into[5] = float(row.wait_max) if into[5] is None else max(into[5], float(row.wait_max))
-    buckets = [Bucket(start + span.step * i, *values) for i, values in enumerate(sums)]
-    groups = conn.execute(
-        sa.select(_h.queue, _h.job_type).where(*in_range).group_by(_h.queue, _h.job_type)
-    ).all()
     return History(
         span=span,
         start=start,
         end=end,
-        buckets=buckets,
-        queues=sorted({queue for queue, _ in groups}),
-        job_types=sorted({job_type for _, job_type in groups}),
+        buckets=[Bucket(start + span.step * i, *values) for i, values in enumerate(sums)],
+        queues=sorted(queues),
+        job_types=sorted(job_types),
         settled_before=watermark(conn)[1],
     )

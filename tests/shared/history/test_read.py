@@ -1,0 +1,62 @@
+"""Reading history: minutes summed into the range's buckets, on both databases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from jobdesk.shared.history.models import history_minutes
+from jobdesk.shared.operator.history import HistoryFilters, read_history
+
+NOW = datetime(2026, 3, 4, 12, 37, 30, tzinfo=UTC)
+
+
+def minute(
+    conn: sa.Connection, at: datetime, queue: str, job_type: str, processed: int, wait_max: float
+) -> None:
+    conn.execute(
+        sa.insert(history_minutes).values(
+            minute=at,
+            queue=queue,
+            job_type=job_type,
+            processed=processed,
+            waited=processed,
+            wait_seconds_sum=processed * 1.0,
+            wait_seconds_max=wait_max,
+        )
+    )
+
+
+def test_minutes_fold_into_aligned_buckets_with_filters(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        minute(conn, datetime(2026, 3, 4, 12, 30, tzinfo=UTC), "email", "mail.send", 3, 2.0)
+        minute(conn, datetime(2026, 3, 4, 12, 44, tzinfo=UTC), "email", "mail.send", 1, 9.0)
+        minute(conn, datetime(2026, 3, 4, 12, 29, tzinfo=UTC), "reports", "report.build", 5, 4.0)
+        minute(conn, datetime(2026, 3, 2, 1, 59, tzinfo=UTC), "email", "mail.send", 7, 1.0)
+    with engine.connect() as conn:
+        day = read_history(conn, HistoryFilters(span="24h"), now=NOW)
+        week = read_history(conn, HistoryFilters(span="7d"), now=NOW)
+        email = read_history(conn, HistoryFilters(span="24h", queue="email"), now=NOW)
+        report = read_history(conn, HistoryFilters(span="24h", job_type="report.build"), now=NOW)
+
+    assert len(day.buckets) == 96
+    assert day.end == datetime(2026, 3, 4, 12, 45, tzinfo=UTC), "the newest bucket is filling"
+    last, before = day.buckets[-1], day.buckets[-2]
+    assert last.start == datetime(2026, 3, 4, 12, 30, tzinfo=UTC)
+    assert (last.processed, last.wait_seconds_max, last.wait_seconds_mean) == (4, 9.0, 1.0)
+    assert (before.start, before.processed) == (datetime(2026, 3, 4, 12, 15, tzinfo=UTC), 5)
+    assert day.total("processed") == 9, "two days ago is outside 24 h"
+    assert day.queues == ["email", "reports"]
+    assert day.job_types == ["mail.send", "report.build"]
+
+    assert len(week.buckets) == 84
+    assert week.buckets[-1].start == datetime(2026, 3, 4, 12, tzinfo=UTC)
+    assert week.buckets[-1].processed == 9
+    old = next(b for b in week.buckets if b.processed == 7)
+    assert old.start == datetime(2026, 3, 2, 0, tzinfo=UTC)
+
+    assert email.total("processed") == 4
+    assert email.queues == ["email", "reports"], "the choices stay the range's"
+    assert report.total("processed") == 5
+    assert report.wait_seconds_max == 4.0
