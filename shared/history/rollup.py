@@ -55,7 +55,6 @@ FAILED_OUTCOMES = (
     AttemptOutcome.LOST.value,
     AttemptOutcome.PERMANENT.value,
 )
-_ROWS_PER_STATEMENT = 500
 _a = job_attempts.c
 _j = jobs.c
 _h = history_minutes.c
@@ -229,30 +228,30 @@ def _as_minute(value: Any) -> datetime:
 
 def _add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
     """Add the counts to existing buckets (an attempt arriving late joins its minute)."""
-    postgresql = is_postgresql(conn)
-    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-        insert = pg.insert(history_minutes) if postgresql else sqlite.insert(history_minutes)
-        new = insert.excluded
-        if postgresql:
-            worst = sa.func.greatest(_h.wait_seconds_max, new.wait_seconds_max)
-        else:  # SQLite's two-argument max() is NULL when either side is
-            worst = sa.func.max(
-                sa.func.coalesce(_h.wait_seconds_max, new.wait_seconds_max),
-                sa.func.coalesce(new.wait_seconds_max, _h.wait_seconds_max),
-            )
-        conn.execute(
-            insert.values(rows[start : start + _ROWS_PER_STATEMENT]).on_conflict_do_update(
-                index_elements=[_h.minute, _h.queue, _h.job_type],
-                set_={
-                    "processed": _h.processed + new.processed,
-                    "failed": _h.failed + new.failed,
-                    "dead": _h.dead + new.dead,
-                    "waited": _h.waited + new.waited,
-                    "wait_seconds_sum": _h.wait_seconds_sum + new.wait_seconds_sum,
-                    "wait_seconds_max": worst,
-                },
-            )
+    if not rows:
+        return
+    insert = pg.insert(history_minutes) if is_postgresql(conn) else sqlite.insert(history_minutes)
+    new = insert.excluded
+    if is_postgresql(conn):
+        worst = sa.func.greatest(_h.wait_seconds_max, new.wait_seconds_max)
+    else:  # SQLite's two-argument max() is NULL when either side is
+        worst = sa.func.max(
+            sa.func.coalesce(_h.wait_seconds_max, new.wait_seconds_max),
+            sa.func.coalesce(new.wait_seconds_max, _h.wait_seconds_max),
         )
+    statement = insert.on_conflict_do_update(
+        index_elements=[_h.minute, _h.queue, _h.job_type],
+        set_={
+            "processed": _h.processed + new.processed,
+            "failed": _h.failed + new.failed,
+            "dead": _h.dead + new.dead,
+            "waited": _h.waited + new.waited,
+            "wait_seconds_sum": _h.wait_seconds_sum + new.wait_seconds_sum,
+            "wait_seconds_max": worst,
+        },
+    )
+    # An executemany: SQLAlchemy sends it as multi-row statements where the driver can.
+    conn.execute(statement, rows)
 
 
 def prune(conn: sa.Connection, now: datetime) -> int:
