@@ -38,8 +38,6 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from jobdesk.shared.core.db import make_engine  # noqa: E402
 from jobdesk.shared.core.masking import fingerprint  # noqa: E402
 from jobdesk.shared.history.models import history_minutes  # noqa: E402
-from jobdesk.shared.history.rollup import KEEP, roll_up  # noqa: E402
+from jobdesk.shared.history.rollup import KEEP, add_buckets, roll_up  # noqa: E402
 from jobdesk.shared.migrate import upgrade  # noqa: E402
 from jobdesk.shared.operator.accounts import add_operator  # noqa: E402
 
@@ -242,13 +240,13 @@ def load_history(url: str) -> tuple[float, int, int]:
         for m in range(int(KEEP.total_seconds() // 60))
         for g, (queue, job_type) in enumerate(GROUPS)
     ]
-    insert = (pg.insert if engine.dialect.name == "postgresql" else sqlite.insert)(history_minutes)
     with engine.begin() as conn:
-        for start in range(0, len(rows), 5000):
-            conn.execute(insert.on_conflict_do_nothing(), rows[start : start + 5000])
+        # Added like the rollup adds (the rolled-up minutes just get more).
+        add_buckets(conn, rows)
         buckets = conn.execute(sa.select(sa.func.count()).select_from(history_minutes)).scalar_one()
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text("ANALYZE jobdesk_history_minutes"))
+            conn.execute(sa.text("ANALYZE jobdesk_history_hours"))
     engine.dispose()
     return took, rolled.attempts, int(buckets)
 

@@ -746,6 +746,19 @@ def upgrade() -> None:
         ),
     )
     op.create_table(
+        "jobdesk_history_hours",
+        sa.Column("hour", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("queue", sa.String(length=100), nullable=False),
+        sa.Column("job_type", sa.String(length=100), nullable=False),
+        sa.Column("processed", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("failed", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("dead", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("waited", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("wait_seconds_sum", sa.Float(), server_default=sa.text("0"), nullable=False),
+        sa.Column("wait_seconds_max", sa.Float(), nullable=True),
+        sa.PrimaryKeyConstraint("hour", "queue", "job_type", name=op.f("pk_jobdesk_history_hours")),
+    )
+    op.create_table(
         "jobdesk_history_watermark",
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column(
@@ -842,6 +855,7 @@ def _drop_counting() -> None:
 
 def downgrade() -> None:
     op.drop_table("jobdesk_history_watermark")
+    op.drop_table("jobdesk_history_hours")
     op.drop_table("jobdesk_history_minutes")
     op.drop_table("jobdesk_job_tombstones")
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:

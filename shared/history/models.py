@@ -1,5 +1,5 @@
-"""The history rollup's tables: one row per minute, queue and job type, and the
-watermark that says which attempts are already in them."""
+"""The history rollup's tables: one row per minute (and one per hour), queue and job
+type, and the watermark that says which attempts are already in them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,24 @@ class HistoryMinute(Base):
     wait_seconds_max: Mapped[float | None] = mapped_column(sa.Float)
 
 
+class HistoryHour(Base):
+    """The same figures per hour (the sum of the hour's minutes), so the 7-day charts read
+    168 rows per queue and type instead of 10,080. Written with the minutes, pruned with
+    them."""
+
+    __tablename__ = "jobdesk_history_hours"
+
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
+    processed: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    failed: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    dead: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    waited: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    wait_seconds_sum: Mapped[float] = mapped_column(sa.Float, server_default=sa.text("0"))
+    wait_seconds_max: Mapped[float | None] = mapped_column(sa.Float)
+
+
 class HistoryWatermark(Base):
     """How far the rollup has read `jobdesk_job_attempts`: every attempt with an id up to
     `last_attempt_id` is counted, and the buckets are complete before `settled_before`."""
@@ -47,4 +65,5 @@ class HistoryWatermark(Base):
 
 
 history_minutes = table_of(HistoryMinute)
+history_hours = table_of(HistoryHour)
 history_watermark = table_of(HistoryWatermark)

@@ -21,7 +21,8 @@ transactions still in flight (ids are taken before commit) are not stepped over.
 Idempotent: the watermark moves with a compare-and-set in the same transaction as the
 additions, so a second leader during a hand-over (or a re-run) that read the same
 watermark rolls back instead of counting twice. Buckets older than `KEEP` (the longest
-chart range plus a day) are deleted by `prune`.
+chart range plus a day) are deleted by `prune`. Each chunk's minutes are also summed into
+`jobdesk_history_hours`, which the 7-day charts read.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sqlalchemy.dialects import sqlite
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
-from jobdesk.shared.history.models import history_minutes, history_watermark
+from jobdesk.shared.history.models import history_hours, history_minutes, history_watermark
 
 #: The longest chart range is 7 days; a day more so a range that starts mid-bucket is full.
 KEEP = timedelta(days=8)
@@ -126,7 +127,7 @@ def _roll_chunk(conn: sa.Connection, now: datetime) -> tuple[int, int, bool]:
     if upto == after:
         return 0, 0, False
     rows = _aggregate(conn, after, upto, horizon=now - KEEP)
-    _add(conn, rows)
+    add_buckets(conn, rows)
     counted = sum(r["processed"] + r["failed"] for r in rows)
     return counted, len(rows), full
 
@@ -226,27 +227,50 @@ def _as_minute(value: Any) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+def add_buckets(conn: sa.Connection, minutes: list[dict[str, Any]]) -> None:
+    """Add minute rows (`jobdesk_history_minutes` columns) to the minutes and the hours."""
+    _add(conn, history_minutes, minutes)
+    _add(conn, history_hours, _by_hour(minutes))
+
+
+def _by_hour(minutes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The minute rows summed per hour (the worst wait is the hour's worst)."""
+    hours: dict[tuple[datetime, str, str], dict[str, Any]] = {}
+    for row in minutes:
+        hour = row["minute"].replace(minute=0)
+        key = (hour, row["queue"], row["job_type"])
+        into = hours.get(key)
+        if into is None:
+            hours[key] = {**{k: v for k, v in row.items() if k != "minute"}, "hour": hour}
+            continue
+        for field in ("processed", "failed", "dead", "waited", "wait_seconds_sum"):
+            into[field] += row[field]
+        worst = [w for w in (into["wait_seconds_max"], row["wait_seconds_max"]) if w is not None]
+        into["wait_seconds_max"] = max(worst) if worst else None
+    return list(hours.values())
+
+
+def _add(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
     """Add the counts to existing buckets (an attempt arriving late joins its minute)."""
     if not rows:
         return
-    insert = pg.insert(history_minutes) if is_postgresql(conn) else sqlite.insert(history_minutes)
-    new = insert.excluded
+    insert = pg.insert(table) if is_postgresql(conn) else sqlite.insert(table)
+    new, old = insert.excluded, table.c
     if is_postgresql(conn):
-        worst = sa.func.greatest(_h.wait_seconds_max, new.wait_seconds_max)
+        worst = sa.func.greatest(old.wait_seconds_max, new.wait_seconds_max)
     else:  # SQLite's two-argument max() is NULL when either side is
         worst = sa.func.max(
-            sa.func.coalesce(_h.wait_seconds_max, new.wait_seconds_max),
-            sa.func.coalesce(new.wait_seconds_max, _h.wait_seconds_max),
+            sa.func.coalesce(old.wait_seconds_max, new.wait_seconds_max),
+            sa.func.coalesce(new.wait_seconds_max, old.wait_seconds_max),
         )
     statement = insert.on_conflict_do_update(
-        index_elements=[_h.minute, _h.queue, _h.job_type],
+        index_elements=list(table.primary_key.columns),
         set_={
-            "processed": _h.processed + new.processed,
-            "failed": _h.failed + new.failed,
-            "dead": _h.dead + new.dead,
-            "waited": _h.waited + new.waited,
-            "wait_seconds_sum": _h.wait_seconds_sum + new.wait_seconds_sum,
+            "processed": old.processed + new.processed,
+            "failed": old.failed + new.failed,
+            "dead": old.dead + new.dead,
+            "waited": old.waited + new.waited,
+            "wait_seconds_sum": old.wait_seconds_sum + new.wait_seconds_sum,
             "wait_seconds_max": worst,
         },
     )
@@ -255,6 +279,7 @@ def _add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
 
 
 def prune(conn: sa.Connection, now: datetime) -> int:
-    """Delete the buckets no chart range reaches any more; returns how many."""
+    """Delete the buckets no chart range reaches any more; returns how many minutes."""
+    conn.execute(sa.delete(history_hours).where(history_hours.c.hour < now - KEEP))
     result = conn.execute(sa.delete(history_minutes).where(_h.minute < now - KEEP))
     return int(result.rowcount or 0)

@@ -3,9 +3,10 @@
 A range has a fixed bucket size so every chart has 60 to 100 bars: 1 h in minutes, 24 h in
 quarter hours, 7 d in two-hour buckets, aligned to UTC multiples of the bucket size so a
 bucket keeps its boundaries from one refresh to the next. The database sums the minutes
-into the buckets; only a few hundred rows come back. Reads `jobdesk_history_minutes`
-only — never the jobs or attempts — so the cost is bounded by the range (at most 10,080
-minutes per queue and type), not by the queue's size.
+into the buckets; only a few hundred rows come back. Reads the rollup only
+(`jobdesk_history_minutes`; `jobdesk_history_hours` for 7 days) — never the jobs or
+attempts — so the cost is bounded by the range (at most 1,440 minutes or 168 hours per
+queue and type), not by the queue's size.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.history.models import history_minutes
+from jobdesk.shared.history.models import history_hours, history_minutes
 from jobdesk.shared.history.rollup import watermark
 from jobdesk.shared.operator.filters import choice_param, name_param
 
-_h = history_minutes.c
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -37,12 +37,14 @@ class Span:
     label_format: str
     #: Every how many buckets the x axis writes a time.
     label_every: int
+    #: Read the hourly rollup (buckets of whole hours) instead of the minutes.
+    hourly: bool = False
 
 
 SPANS: dict[str, Span] = {
     "1h": Span("1h", timedelta(hours=1), timedelta(minutes=1), "%H:%M", 10),
     "24h": Span("24h", timedelta(hours=24), timedelta(minutes=15), "%H:%M", 16),
-    "7d": Span("7d", timedelta(days=7), timedelta(hours=2), "%a %d", 12),
+    "7d": Span("7d", timedelta(days=7), timedelta(hours=2), "%a %d", 12, hourly=True),
 }
 DEFAULT_SPAN = "24h"
 
@@ -125,16 +127,16 @@ def _floor(moment: datetime, step: timedelta) -> datetime:
     return moment - (moment - _EPOCH) % step
 
 
-def _bucket_key(conn: sa.Connection, step: timedelta) -> Any:
+def _bucket_key(conn: sa.Connection, moment: Any, step: timedelta) -> Any:
     """Which bucket a minute falls in: its UTC epoch seconds divided by the step, floored
     (half a minute added, so float rounding never drops a whole minute into the previous
     bucket). Cheap on both databases: one float expression per row."""
     seconds = int(step.total_seconds())
     epoch: Any
     if is_postgresql(conn):
-        epoch = sa.func.date_part("epoch", _h.minute)
+        epoch = sa.func.date_part("epoch", moment)
     else:
-        epoch = (sa.func.julianday(_h.minute) - 2440587.5) * 86400.0
+        epoch = (sa.func.julianday(moment) - 2440587.5) * 86400.0
     return sa.cast(sa.func.floor((epoch + 30.0) / seconds), sa.BigInteger)
 
 
@@ -147,22 +149,25 @@ def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime)
     span = SPANS[filters.span]
     end = _floor(now, span.step) + span.step
     start = end - span.length
-    index = _bucket_key(conn, span.step).label("bucket")
+    table = history_hours if span.hourly else history_minutes
+    c = table.c
+    moment = c.hour if span.hourly else c.minute
+    index = _bucket_key(conn, moment, span.step).label("bucket")
     first = int((start - _EPOCH) // span.step)
     query = (
         sa.select(
             index,
-            _h.queue,
-            _h.job_type,
-            sa.func.sum(_h.processed).label("processed"),
-            sa.func.sum(_h.failed).label("failed"),
-            sa.func.sum(_h.dead).label("dead"),
-            sa.func.sum(_h.waited).label("waited"),
-            sa.func.sum(_h.wait_seconds_sum).label("wait_sum"),
-            sa.func.max(_h.wait_seconds_max).label("wait_max"),
+            c.queue,
+            c.job_type,
+            sa.func.sum(c.processed).label("processed"),
+            sa.func.sum(c.failed).label("failed"),
+            sa.func.sum(c.dead).label("dead"),
+            sa.func.sum(c.waited).label("waited"),
+            sa.func.sum(c.wait_seconds_sum).label("wait_sum"),
+            sa.func.max(c.wait_seconds_max).label("wait_max"),
         )
-        .where(_h.minute >= start, _h.minute < end)
-        .group_by(index, _h.queue, _h.job_type)
+        .where(moment >= start, moment < end)
+        .group_by(index, c.queue, c.job_type)
     )
     count = int(span.length / span.step)
     sums: list[list[Any]] = [[0, 0, 0, 0, 0.0, None] for _ in range(count)]

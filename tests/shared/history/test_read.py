@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from jobdesk.shared.history.models import history_minutes
+from jobdesk.shared.history.rollup import add_buckets
 from jobdesk.shared.operator.history import HistoryFilters, read_history
 
 NOW = datetime(2026, 3, 4, 12, 37, 30, tzinfo=UTC)
@@ -15,17 +15,18 @@ NOW = datetime(2026, 3, 4, 12, 37, 30, tzinfo=UTC)
 def minute(
     conn: sa.Connection, at: datetime, queue: str, job_type: str, processed: int, wait_max: float
 ) -> None:
-    conn.execute(
-        sa.insert(history_minutes).values(
-            minute=at,
-            queue=queue,
-            job_type=job_type,
-            processed=processed,
-            waited=processed,
-            wait_seconds_sum=processed * 1.0,
-            wait_seconds_max=wait_max,
-        )
-    )
+    row = {
+        "minute": at,
+        "queue": queue,
+        "job_type": job_type,
+        "processed": processed,
+        "failed": 0,
+        "dead": 0,
+        "waited": processed,
+        "wait_seconds_sum": processed * 1.0,
+        "wait_seconds_max": wait_max,
+    }
+    add_buckets(conn, [row])
 
 
 def test_minutes_fold_into_aligned_buckets_with_filters(engine: sa.Engine) -> None:

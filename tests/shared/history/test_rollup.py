@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.history import rollup
-from jobdesk.shared.history.models import history_minutes
+from jobdesk.shared.history.models import history_hours, history_minutes
 from jobdesk.shared.history.rollup import KEEP, SETTLE, prune, roll_up, watermark
 from tests.factories import make_job
 
@@ -175,6 +175,11 @@ def test_late_attempts_still_count_in_their_minute(engine: sa.Engine) -> None:
     long = found[(MINUTE + timedelta(minutes=5), "default", "mail.send")]
     assert long["processed"] == 1
     assert abs(long["wait_seconds_max"] - 3600.0) < 0.01
+    with engine.connect() as conn:
+        [hour] = conn.execute(sa.select(history_hours)).mappings().all()
+    assert hour["hour"] == MINUTE.replace(minute=0)
+    assert (hour["processed"], hour["failed"], hour["waited"]) == (2, 1, 3)
+    assert abs(hour["wait_seconds_max"] - 3600.0) < 0.01
 
 
 def test_expired_buckets_are_pruned_and_old_attempts_never_counted(engine: sa.Engine) -> None:
@@ -187,6 +192,7 @@ def test_expired_buckets_are_pruned_and_old_attempts_never_counted(engine: sa.En
         assert prune(conn, NOW) == 0
         assert prune(conn, MINUTE + KEEP + timedelta(minutes=1)) == 1
         assert buckets(conn) == {}
+        assert conn.execute(sa.select(history_hours)).all() == []
 
 
 def test_the_watermark_passes_big_backlogs_in_chunks(
