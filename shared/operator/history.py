@@ -132,12 +132,12 @@ def _bucket_key(conn: sa.Connection, moment: Any, step: timedelta) -> Any:
     (half a minute added, so float rounding never drops a whole minute into the previous
     bucket). Cheap on both databases: one float expression per row."""
     seconds = int(step.total_seconds())
-    epoch: Any
     if is_postgresql(conn):
-        epoch = sa.func.date_part("epoch", moment)
-    else:
-        epoch = (sa.func.julianday(moment) - 2440587.5) * 86400.0
-    return sa.cast(sa.func.floor((epoch + 30.0) / seconds), sa.BigInteger)
+        since = sa.func.date_part("epoch", moment)
+        return sa.cast(sa.func.floor((since + 30.0) / seconds), sa.BigInteger)
+    # Epoch seconds are positive, so truncating is flooring (and needs no math functions).
+    epoch = (sa.func.julianday(moment) - 2440587.5) * 86400.0
+    return sa.cast((epoch + 30.0) / seconds, sa.BigInteger)
 
 
 def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime) -> History:
