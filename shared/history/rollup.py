@@ -27,6 +27,7 @@ chart range plus a day) are deleted by `prune`. Each chunk's minutes are also su
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,9 +46,10 @@ KEEP = timedelta(days=8)
 #: How long after its end an attempt is surely committed (completions are stamped before
 #: their short transaction begins).
 SETTLE = timedelta(minutes=2)
-#: Attempts read per transaction; a pass reads at most `MAX_CHUNKS` of them.
+#: Attempts read per transaction; a pass goes on chunk after chunk for up to
+#: `PASS_SECONDS` (a backlog after an outage is caught up over a few passes).
 CHUNK = 20_000
-MAX_CHUNKS = 25
+PASS_SECONDS = 20.0
 WATERMARK = "attempts"
 
 FAILED_OUTCOMES = (
@@ -77,9 +79,10 @@ class _Overtaken(Exception):
 
 def roll_up(engine: sa.Engine, now: datetime) -> Pass:
     """Fold every settled attempt past the watermark into its bucket, one committed chunk
-    at a time (at most `MAX_CHUNKS`; the next pass goes on from there)."""
+    at a time (for up to `PASS_SECONDS`; the next pass goes on from there)."""
     attempts = buckets = 0
-    for _ in range(MAX_CHUNKS):
+    deadline = time.monotonic() + PASS_SECONDS
+    while time.monotonic() < deadline:
         try:
             with engine.begin() as conn:
                 counted, written, full = _roll_chunk(conn, now)
