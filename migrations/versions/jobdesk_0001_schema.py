@@ -287,7 +287,11 @@ def upgrade() -> None:
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.create_index(
-            "ix_jobdesk_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
+            "ix_jobdesk_jobs_dead_fingerprint",
+            ["status", "error_fingerprint"],
+            unique=False,
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
         )
         batch_op.create_index(
             "ix_jobdesk_jobs_dead_unresolved",

@@ -176,7 +176,8 @@ class Job(Base):
             ),
         ),
         # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
-        # key is unique among original enqueues only.
+        # key is unique among original enqueues only. (The predicate is what the README's
+        # plain-SQL `ON CONFLICT … WHERE retried_from_id IS NULL` names, so it stays this.)
         sa.Index(
             "uq_jobdesk_jobs_idempotency_key",
             "idempotency_key",
@@ -198,7 +199,14 @@ class Job(Base):
             postgresql_where=sa.text("retried_from_id IS NOT NULL"),
             sqlite_where=sa.text("retried_from_id IS NOT NULL"),
         ),
-        sa.Index("ix_jobdesk_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        # Only jobs that failed have a fingerprint: a job that never failed is not in it.
+        sa.Index(
+            "ix_jobdesk_jobs_dead_fingerprint",
+            "status",
+            "error_fingerprint",
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
+        ),
         # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
         # with first/last seen and newest id, answered from this index alone.
         sa.Index(
