@@ -15,7 +15,7 @@ from jobdesk import enqueue
 from jobdesk.shared.core.models import effects, jobs
 from tests.worker.jobs.conftest import add_test_endpoint
 from tests.worker.jobs.receiver import Receiver
-from tests.worker.procs import Workers, wait_for
+from tests.worker.procs import Workers, all_succeeded, wait_for
 
 ROUNDS = {"postgresql": 30, "sqlite": 8}
 
@@ -37,7 +37,7 @@ def test_two_workers_racing_on_one_webhook_event_post_it_once(
             # the chain's first job: both paths to the effects ledger are raced.
             key = f"user.created:{n}" if n % 2 == 0 else None
             twins = _dead_delivery_requeued_twice(engine, n, key)
-            wait_for(lambda: _finished(engine, twins), 30)  # noqa: B023 (waited for at once)
+            wait_for(lambda: all_succeeded(engine, twins), 30)  # noqa: B023 (waited for at once)
     finally:
         pool.cleanup()
     posts = Counter(receiver.ids_seen("/hook"))
@@ -75,11 +75,3 @@ def _dead_delivery_requeued_twice(engine: sa.Engine, n: int, key: str | None) ->
             conn.execute(sa.insert(jobs).values(twin).returning(jobs.c.id)).scalar_one()
             for _ in range(2)
         ]
-
-
-def _finished(engine: sa.Engine, ids: list[int]) -> bool:
-    with engine.connect() as conn:
-        done = conn.execute(
-            sa.select(sa.func.count()).where(jobs.c.id.in_(ids), jobs.c.status == "succeeded")
-        ).scalar_one()
-    return done == len(ids)
