@@ -43,6 +43,10 @@
         readCookie("jobdesk_tz") !== zone) {
       return;
     }
+    // Deferred: the document is parsed, so whether it shows any time is known.
+    if (!document.querySelector("time[datetime]")) {
+      return;
+    }
     var key = "jobdesk-zone-reloaded";
     try {
       if (window.sessionStorage.getItem(key) === zone) {
@@ -52,11 +56,7 @@
     } catch (error) {
       return;
     }
-    document.addEventListener("DOMContentLoaded", function () {
-      if (document.querySelector("time[datetime]")) {
-        window.location.reload();
-      }
-    });
+    window.location.reload();
   })();
 
   function readCookie(name) {
