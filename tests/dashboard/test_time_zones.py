@@ -14,6 +14,9 @@ from flask import Flask
 from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.operator.accounts import require_operator
+from jobdesk.shared.schedules.models import schedules
+from jobdesk.shared.schedules.store import sync_declared
+from jobdesk.worker.schedules import ScheduleSpec
 from tests.dashboard.conftest import Browser, dead_job
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -169,3 +172,30 @@ def test_the_dead_letter_trend_labels_hours_on_the_viewers_clock(
     assert labels
     assert all(re.fullmatch(r"\d\d:30", label) for label in labels)
     assert re.search(r"<title>\d\d:30 IST: 0 jobs went dead</title>", chart.group(0))
+
+
+def test_a_schedules_next_run_shows_its_own_zone_and_the_viewers(
+    viewer: Browser, engine: sa.Engine
+) -> None:
+    nightly = ScheduleSpec("report.nightly", "report.generate", {}, cron="0 2 * * *",
+                           tz="Europe/Berlin")  # fmt: skip
+    with engine.begin() as conn:
+        sync_declared(conn, [nightly.declared(datetime.now(UTC))], now=datetime.now(UTC))
+        next_run = conn.execute(sa.select(schedules.c.next_run_at)).scalar_one()
+    row = re.compile(r'<tr id="schedule-report.nightly">(.*?)</tr>', re.S)
+    berlin = next_run.astimezone(ZoneInfo("Europe/Berlin"))
+    assert f"{berlin:%H:%M:%S}" == "02:00:00"  # the cron's own clock
+
+    viewer.client.set_cookie("jobdesk_tz", "Europe/Berlin")
+    found = row.search(viewer.get("/schedules").get_data(as_text=True))
+    assert found
+    assert f"{berlin:%Y-%m-%d} 02:00:00</time>" in found.group(1)
+    assert '<span class="small muted">Europe/Berlin</span>' in found.group(1)
+    assert f"02:00:00 {berlin:%Z}" not in found.group(1)  # the same clock is not repeated
+
+    viewer.client.set_cookie("jobdesk_tz", "Asia/Tokyo")
+    found = row.search(viewer.get("/schedules").get_data(as_text=True))
+    assert found
+    assert f"{berlin:%Y-%m-%d} 02:00:00</time>" in found.group(1)
+    assert f"{next_run.astimezone(TOKYO):%H:%M:%S} JST" in found.group(1)
+    assert f'title="{next_run.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"' in found.group(1)
