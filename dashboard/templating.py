@@ -21,7 +21,7 @@ from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 from jobdesk.shared.operator.cancellation import hard_stop_by
-from jobdesk.shared.operator.zones import abbreviation, local_text
+from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -124,12 +124,12 @@ def duration(seconds: float | None) -> str:
 
 def utc(moment: datetime | None) -> str:
     """The instant in UTC, as every time's title (hover) shows it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+    return as_utc(moment).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
 
 
 def iso_utc(moment: datetime | None) -> str:
     """The machine-readable form for `<time datetime="…">`: ISO 8601 in UTC."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
+    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
 
 
 def local(moment: datetime | None, now: datetime | None = None, seconds: bool = True) -> str:
@@ -143,12 +143,12 @@ def local(moment: datetime | None, now: datetime | None = None, seconds: bool = 
 def local_hour(moment: datetime) -> str:
     """A chart axis label: the viewer's wall-clock time, "15:00" (no date, no zone: the
     chart names its zone once, `zone_abbreviation`)."""
-    return moment.astimezone(viewer_zone().zone).strftime("%H:%M")
+    return as_utc(moment).astimezone(viewer_zone().zone).strftime("%H:%M")
 
 
 def zone_abbreviation(moment: datetime | None = None) -> str:
     """The viewer's zone as it is called at `moment` (now when not given): "CET"."""
-    at = moment or datetime.now(UTC)
+    at = as_utc(moment) if moment else datetime.now(UTC)
     return abbreviation(at.astimezone(viewer_zone().zone))
 
 

@@ -54,6 +54,14 @@ def check_timezone(name: object) -> str:
     return name
 
 
+def as_utc(moment: datetime) -> datetime:
+    """`moment` in UTC; a naive one is taken as UTC already (what is stored), never as
+    the server's local time."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
 def abbreviation(moment: datetime) -> str:
     """The zone's short name at that instant ("CET", "EDT", "JST"); zones without one
     (the database writes "-03") as "UTC-03:00"."""
@@ -69,11 +77,12 @@ def local_text(
 ) -> str:
     """`moment` on the wall clock of `zone` with its abbreviation: "2026-10-25 02:30:00
     CET", or "02:30:00 CET" when it falls on the same local day as `now`."""
+    moment = as_utc(moment)
     try:
         local = moment.astimezone(zone)
     except (OverflowError, ValueError):  # the first or last day of the calendar
-        local = moment.astimezone(UTC)
+        local = moment
     clock = local.strftime("%H:%M:%S" if seconds else "%H:%M")
-    if now is None or now.astimezone(zone).date() != local.date():
+    if now is None or as_utc(now).astimezone(local.tzinfo).date() != local.date():
         clock = f"{local:%Y-%m-%d} {clock}"
     return f"{clock} {abbreviation(local)}"

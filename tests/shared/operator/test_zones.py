@@ -97,3 +97,9 @@ def test_hold_lines_read_on_the_viewers_clock() -> None:
     assert hold.text(now) == "held: endpoint crm paused until 01:30 UTC — CRM maintenance"
     assert hold.text(now, BERLIN) == "held: endpoint crm paused until 02:30 CET — CRM maintenance"
     assert clock(until + timedelta(days=1), now, NEW_YORK) == "2026-10-25 21:30 EDT"
+
+
+def test_a_naive_time_is_read_as_utc_not_as_the_servers_clock() -> None:
+    naive = datetime(2026, 10, 25, 1, 30)
+    assert local_text(naive, BERLIN) == "2026-10-25 02:30:00 CET"
+    assert local_text(naive, UTC, now=naive) == "01:30:00 UTC"
