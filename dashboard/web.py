@@ -31,6 +31,7 @@ from jobdesk.dashboard.views import (
     overview,
     queues,
     schedules,
+    settings,
     triage_actions,
     workers,
 )
@@ -58,6 +59,7 @@ for child in (
     alerts,
     workers,
     operators,
+    settings,
     health,
     login,
 ):

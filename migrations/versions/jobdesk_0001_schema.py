@@ -386,6 +386,7 @@ def upgrade() -> None:
             "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("session_epoch", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("timezone", sa.String(length=64), nullable=True),
         sa.CheckConstraint(
             "role IN ('admin', 'operator', 'viewer')", name=op.f("ck_jobdesk_operators_role")
         ),

@@ -122,6 +122,7 @@ def test_every_page_fits_a_phone_and_passes_axe(
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
     pages["job-report"] = f"{base}/jobs/{seeded.report_dead}"
     pages["jobs-dead"] = f"{base}/jobs?status=dead"
+    pages["settings"] = f"{base}/settings"
     for name, url in pages.items():
         page.goto(url)
         problems += check(page, name, mode, folder)
