@@ -79,50 +79,60 @@ def _attempts(conn: sa.Connection, job_id: int, errors: list[str], finished: dat
 
 
 def _story_alerts(conn: sa.Connection, dead: int, now: datetime) -> None:
-    """The two alerts the CRM outage trips in the demo, worded and linked as the rules
-    (shared/alerts/rules.py) word them: one incident, so the second names the first."""
+    """The two alerts the CRM outage tripped, worded and linked as the rules
+    (shared/alerts/rules.py) word them. The morning after, the repeated error has left
+    its window and resolved; the dead-letter spike stays open while its dead letters
+    wait for a decision, and names the other alert as the same incident."""
     crm = CRM_ERROR + f" (attempt {CRM_ATTEMPTS}, job 206)"
     opened = now - timedelta(hours=7, minutes=35)  # when the first of them went dead
-    spike = conn.execute(
+    fingerprinted = fingerprint(CRM_ERROR)
+    repeated = conn.execute(
         sa.insert(alerts)
         .values(
-            rule="dead_letter_spike",
-            subject="webhook.deliver:crm",
-            message=f"{dead} webhook.deliver jobs to crm died in the last 15 min: {crm}",
-            count=dead,
-            opened_at=opened,
-            last_seen_at=now,
-            notify_key=f"dead_letter_spike:webhook.deliver:crm:{opened:%Y%m%d%H%M}",
-            details={
-                "job_type": "webhook.deliver",
-                "endpoint": "crm",
-                "job_types": ["webhook.deliver"],
-                "endpoints": ["crm"],
-                "filter": {"status": "dead", "job_type": "webhook.deliver", "endpoint": "crm"},
-                "error": crm,
-            },
-        )
-        .returning(alerts.c.id)
-    ).scalar_one()
-    conn.execute(
-        sa.insert(alerts).values(
             rule="repeated_error",
-            subject=fingerprint(CRM_ERROR),
+            subject=fingerprinted,
+            status="resolved",
             message=(
                 f"{dead} jobs (webhook.deliver to crm) failed with the same error in the "
                 f"last 15 min: {crm}"
             ),
             count=dead,
             opened_at=opened,
-            last_seen_at=now,
+            last_seen_at=opened + timedelta(minutes=5),
+            resolved_at=opened + timedelta(minutes=20),
+            notify_key=f"repeated_error:{fingerprinted}:{opened:%Y%m%d%H%M}",
             details={
-                "fingerprint": fingerprint(CRM_ERROR),
+                "fingerprint": fingerprinted,
                 "job_types": ["webhook.deliver"],
                 "jobs_by_type": {"webhook.deliver": dead},
                 "endpoints": ["crm"],
                 "error": crm,
-                "filter": {"fingerprint": fingerprint(CRM_ERROR)},
-                "related_alert_id": spike,
+                "filter": {"fingerprint": fingerprinted},
+            },
+        )
+        .returning(alerts.c.id)
+    ).scalar_one()
+    since = opened - timedelta(minutes=15)
+    conn.execute(
+        sa.insert(alerts).values(
+            rule="dead_letter_spike",
+            subject="webhook.deliver:crm",
+            message=(
+                f"{dead} webhook.deliver jobs to crm died since {since:%H:%M} UTC and are "
+                f"still unresolved: {crm}"
+            ),
+            count=dead,
+            opened_at=opened,
+            last_seen_at=now,
+            details={
+                "job_type": "webhook.deliver",
+                "endpoint": "crm",
+                "job_types": ["webhook.deliver"],
+                "endpoints": ["crm"],
+                "since": since.isoformat(),
+                "filter": {"status": "dead", "job_type": "webhook.deliver", "endpoint": "crm"},
+                "error": crm,
+                "related_alert_id": repeated,
             },
         )
     )
