@@ -7,7 +7,7 @@ webhooks went dead after five attempts and the outage raised two alerts. Support
 triages it the way docs/demo.md tells them to, and on-call holds the CRM's deliveries:
 
  1. log in;                                  8. retry one CRM webhook as a new job;
- 2. the overview shows the open alerts;      9. ignore the report with a reason;
+ 2. the overview shows the open alert;       9. ignore the report with a reason;
  3. acknowledge the alert;                  10. "Retry all" on the CRM's group: preview,
  4. search the error ("endpoint crm");      11. … and confirm;
  5. open a job: five timed-out attempts;    12. on-call pauses the CRM endpoint;
@@ -109,7 +109,7 @@ def test_the_demo_story_on_every_screen(story: Story, live_server: Server) -> No
     story.step("login")
     log_in(page, base, "sam")
 
-    # 2. The overview: dead jobs need a decision, the outage's alerts are open.
+    # 2. The overview: dead jobs need a decision, the dead-letter spike is still open.
     alerts_panel = (
         page.locator("section, div.panel")
         .filter(has=page.get_by_role("heading", name=re.compile(r"^Open alerts")))
