@@ -32,6 +32,7 @@ from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.operator.holds import endpoint_name, held_condition
+from jobdesk.shared.operator.payload_search import payload_matches
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
@@ -158,6 +159,7 @@ def filter_conditions(
         conditions.append(endpoint_name(conn) == filters.endpoint)
     if filters.held is not None:
         conditions.append(held_condition(conn, filters.held, now=now))
+    conditions.extend(payload_matches(conn, term) for term in filters.payload)
     return conditions
 
 

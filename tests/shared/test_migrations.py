@@ -33,6 +33,7 @@ POSTGRESQL_ONLY_INDEXES = {
     "ix_jobdesk_jobs_last_error_trgm",
     "ix_jobdesk_job_attempts_error_trgm",
     "ix_jobdesk_jobs_dead_unresolved_newest",
+    "ix_jobdesk_jobs_payload",
     "ix_jobdesk_jobs_queued_since",
     "ix_jobdesk_jobs_waiting_endpoint",
 }
