@@ -8,7 +8,9 @@
 //  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]), and an
 //     inline message instead of a round trip when "… selected" is pressed with no box
 //     ticked;
-//  4. the phone menu button, and keyboard access to tables wider than the screen.
+//  4. the phone menu button, and keyboard access to tables wider than the screen;
+//  5. a list refused with 400 ("Bad filter: payload …") is shown: htmx leaves error
+//     responses unswapped, which would leave the old rows under a filter they ignore.
 (function () {
   "use strict";
 
@@ -74,6 +76,14 @@
     }
     return false;
   }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (event.detail.xhr.status === 400 && target && target.id === "job-results") {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;
