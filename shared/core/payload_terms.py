@@ -18,6 +18,12 @@ What is indexed, on purpose no more (the enqueue path pays for every row):
 - the value typed by its first letter: `s` + the text, `n` + the number (an integral
   real as the integer, so 42 and 42.0 are one term, as they are one number in JSONB),
   or the literal's name (`true`, `false`, `null`).
+
+Cost, measured with the triggers (and, on PostgreSQL, the GIN index) present and
+dropped in alternating rounds of raw inserts of a payload with four indexed scalars, on
+a loaded two-core machine: SQLite bulk inserts about half as fast (~11k -> ~6k rows/s),
+a single insert +0.03 ms; PostgreSQL bulk inserts ~12 % slower, a single insert within
+the noise.
 """
 
 from __future__ import annotations

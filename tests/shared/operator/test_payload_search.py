@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from jobdesk import ValidationError
+from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_terms import payload_terms
 from jobdesk.shared.operator.filters import JobFilters
 from jobdesk.shared.operator.payload_search import parse_terms
 from jobdesk.shared.operator.queries import filter_conditions, list_jobs
 from jobdesk.shared.operator.totals import Explain
+from jobdesk.shared.schema import metadata
+from jobdesk.shared.settings import Settings
 from tests.factories import make_job
 
 NOW = datetime(2030, 6, 1, 10, 0, tzinfo=UTC)
@@ -210,3 +214,16 @@ def test_viewers_cannot_probe_an_email_operators_can() -> None:
     with pytest.raises(ValidationError) as caught:
         JobFilters.from_args({"payload": raw}, mask_emails=True)
     assert "email" in caught.value.message
+
+
+@pytest.mark.sqlite_only
+def test_create_all_installs_the_sqlite_triggers_too(backend: str, tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'created.db'}", settings=Settings())
+    try:
+        metadata.create_all(engine)
+        with engine.begin() as conn:
+            job_id = make_job(conn, payload={"user_id": 5})
+        with engine.connect() as conn:
+            assert found(conn, "user_id=5") == [job_id]
+    finally:
+        engine.dispose()
