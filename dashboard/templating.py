@@ -21,6 +21,8 @@ from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 from jobdesk.shared.operator.cancellation import hard_stop_by
+from jobdesk.shared.operator.payload_summary import summary_pairs
+from jobdesk.shared.operator.totals import describe
 from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
@@ -169,6 +171,12 @@ def truncate_text(text: object, limit: int = 160) -> str:
     return shortened
 
 
+def payload_pairs(raw: str | None) -> list[tuple[str, str]]:
+    """A list row's payload summary as the current role may see it (`viewer_mask`'s
+    rules: secrets masked for everyone, emails for viewers)."""
+    return summary_pairs(raw, mask_emails=auth.is_viewer_only())
+
+
 def dict_without(mapping: dict[str, Any], *names: str) -> dict[str, Any]:
     return {key: value for key, value in mapping.items() if key not in names}
 
@@ -199,6 +207,8 @@ def install(app: Flask) -> None:
         zone_abbreviation=zone_abbreviation,
         number=number,
         truncate_text=truncate_text,
+        payload_pairs=payload_pairs,
+        total_text=describe,
         dict_without=dict_without,
     )
     app.jinja_env.globals.update(

@@ -11,6 +11,8 @@
 //  4. the phone menu button, and keyboard access to tables wider than the screen;
 //  5. tells the server the browser's time zone (a cookie), for viewers who have not
 //     chosen one in their settings.
+//  6. a list refused with 400 ("Bad filter: payload …") is shown: htmx leaves error
+//     responses unswapped, which would leave the old rows under a filter they ignore.
 (function () {
   "use strict";
 
@@ -131,6 +133,14 @@
     }
     return false;
   }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (event.detail.xhr.status === 400 && target && target.id === "job-results") {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;

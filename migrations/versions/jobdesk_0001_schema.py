@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import jobdesk.shared.core.sqltypes
-from jobdesk.shared.core import job_counts
+from jobdesk.shared.core import job_counts, payload_terms
 
 revision: str = "jobdesk_0001"
 down_revision: str | None = None
@@ -750,6 +750,44 @@ def upgrade() -> None:
             postgresql_ops={"error": "gin_trgm_ops"},
             postgresql_where=sa.text("error IS NOT NULL"),
         )
+    _create_payload_search(postgresql)
+
+
+def _create_payload_search(postgresql: bool) -> None:
+    """Payload search's index: GIN over the JSONB on PostgreSQL; on SQLite the terms
+    table kept by triggers (see jobdesk.shared.core.payload_terms)."""
+    if postgresql:
+        op.create_index(
+            "ix_jobdesk_jobs_payload",
+            "jobdesk_jobs",
+            ["payload"],
+            postgresql_using="gin",
+            postgresql_ops={"payload": "jsonb_path_ops"},
+        )
+    op.create_table(
+        "jobdesk_payload_terms",
+        sa.Column("path", sa.String(length=200), nullable=False),
+        sa.Column("value", sa.String(length=201), nullable=False),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.PrimaryKeyConstraint("path", "value", "job_id", name=op.f("pk_jobdesk_payload_terms")),
+        sqlite_with_rowid=False,
+    )
+    op.create_index(
+        "ix_jobdesk_payload_terms_job_id", "jobdesk_payload_terms", ["job_id"], unique=False
+    )
+    if not postgresql:
+        for statement in payload_terms.SQLITE_DDL:
+            op.execute(statement)
+
+
+def _drop_payload_search() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_jobdesk_jobs_payload", table_name="jobdesk_jobs")
+    else:
+        for name in payload_terms.TRIGGER_NAMES:
+            op.execute(f"DROP TRIGGER IF EXISTS jobdesk_payload_terms_{name}")
+    op.drop_index("ix_jobdesk_payload_terms_job_id", table_name="jobdesk_payload_terms")
+    op.drop_table("jobdesk_payload_terms")
 
 
 def _create_counting(postgresql: bool) -> None:
@@ -815,6 +853,7 @@ def _drop_counting() -> None:
 
 
 def downgrade() -> None:
+    _drop_payload_search()
     op.drop_table("jobdesk_job_tombstones")
     with op.batch_alter_table("jobdesk_schedules", schema=None) as batch_op:
         batch_op.drop_index("ix_jobdesk_schedules_next_run_at")

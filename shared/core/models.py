@@ -254,6 +254,15 @@ class Job(Base):
             postgresql_ops={"last_error": "gin_trgm_ops"},
             postgresql_where=sa.text("last_error IS NOT NULL"),
         ).ddl_if(dialect="postgresql"),
+        # Payload search (`payload=user_id=42`): containment `payload @> '{"user_id": 42}'`
+        # for any key. jsonb_path_ops hashes whole paths, so the index is smaller than the
+        # default opclass and answers exactly @>. SQLite: `core.payload_terms`.
+        sa.Index(
+            "ix_jobdesk_jobs_payload",
+            "payload",
+            postgresql_using="gin",
+            postgresql_ops={"payload": "jsonb_path_ops"},
+        ).ddl_if(dialect="postgresql"),
         # SQLite would reuse the id of a deleted newest row; job ids are referenced by
         # audit rows, effects and links, so they must never come back.
         {"sqlite_autoincrement": True},
