@@ -77,7 +77,9 @@ def _proxy_identity(conn: Any) -> Identity | None:
         return None
     account = get_operator(conn, username)
     if account is not None:
-        return None if account.disabled else Identity(account.username, account.role, "proxy")
+        if account.disabled:
+            return None
+        return Identity(account.username, account.role, "proxy", account.timezone)
     role = state.proxy_default_role
     if role in ROLES:
         return Identity(username[:100], role, "proxy")
@@ -127,7 +129,7 @@ def _session_identity(conn: Any) -> Identity | None:
     assert isinstance(seen, int | float)
     if now - seen >= SEEN_RESOLUTION_SECONDS:
         session["seen"] = int(now)
-    return Identity(account.username, account.role, "password")
+    return Identity(account.username, account.role, "password", account.timezone)
 
 
 def session_expires_at(data: Mapping[str, Any], lifetime_seconds: float) -> float | None:

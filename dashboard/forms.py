@@ -1,5 +1,6 @@
-"""Parsing form and query input that is not a filter: job id lists, bulk selections and
-JSON payload text — each refusing bad input with a `ValidationError` naming the field."""
+"""Parsing form and query input: the request's job filters for the current role, job id
+lists, bulk selections and JSON payload text — each refusing bad input with a
+`ValidationError` naming the field."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
+from jobdesk.dashboard import auth
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.json_text import loads_json_text
 from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
 from jobdesk.shared.operator.triage import BULK_CAP, Selection
+
+
+def request_filters(args: Mapping[str, Any]) -> JobFilters:
+    """Job filters as the current role may use them: a viewer may not search payloads
+    for an email address (viewers see emails masked, `operator.payload_search`)."""
+    return JobFilters.from_args(args, mask_emails=auth.is_viewer_only())
 
 
 def parse_ids(values: list[str]) -> tuple[int, ...]:

@@ -21,11 +21,13 @@ EXTENSION_KEY = "jobdesk"
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who is asking: a username and a role (viewer, operator, admin)."""
+    """Who is asking: a username and a role (viewer, operator, admin), and the IANA
+    zone they chose to read times in (None: their browser's)."""
 
     username: str
     role: str
     source: str = "password"
+    timezone: str | None = None
 
 
 #: A host app's hook: return the Identity of the current request, or None (→ 401).

@@ -1,6 +1,7 @@
-"""Jinja filters and globals: times, durations, counts, masking and making invisible
-characters visible. Nothing here marks job data as safe HTML — autoescape does its job
-on every value, and these filters only return plain text."""
+"""Jinja filters and globals: times (in the viewer's zone, `viewer_zone.py`), durations,
+counts, masking and making invisible characters visible. Nothing here marks job data as
+safe HTML — autoescape does its job on every value, and these filters only return plain
+text."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from jobdesk.dashboard.charts import Chart, dead_trend_chart
 from jobdesk.dashboard.navigation import here
 from jobdesk.dashboard.refresh import REFRESH_INTERVALS, remembered_refresh
 from jobdesk.dashboard.state import get_state
+from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 from jobdesk.shared.operator.cancellation import hard_stop_by
+from jobdesk.shared.operator.payload_summary import summary_pairs
+from jobdesk.shared.operator.totals import describe
+from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -121,7 +126,33 @@ def duration(seconds: float | None) -> str:
 
 
 def utc(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+    """The instant in UTC, as every time's title (hover) shows it."""
+    return as_utc(moment).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+
+
+def iso_utc(moment: datetime | None) -> str:
+    """The machine-readable form for `<time datetime="…">`: ISO 8601 in UTC."""
+    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
+
+
+def local(moment: datetime | None, now: datetime | None = None, seconds: bool = True) -> str:
+    """The instant on the viewer's wall clock with the zone: "14:05:09 CET" when it is
+    on the same local day as `now`, else with the date first."""
+    if moment is None:
+        return "—"
+    return local_text(moment, viewer_zone().zone, now=now, seconds=seconds)
+
+
+def local_hour(moment: datetime) -> str:
+    """A chart axis label: the viewer's wall-clock time, "15:00" (no date, no zone: the
+    chart names its zone once, `zone_abbreviation`)."""
+    return as_utc(moment).astimezone(viewer_zone().zone).strftime("%H:%M")
+
+
+def zone_abbreviation(moment: datetime | None = None) -> str:
+    """The viewer's zone as it is called at `moment` (now when not given): "CET"."""
+    at = as_utc(moment) if moment else datetime.now(UTC)
+    return abbreviation(at.astimezone(viewer_zone().zone))
 
 
 def number(value: int | float | None) -> str:
@@ -141,6 +172,12 @@ def truncate_text(text: object, limit: int = 160) -> str:
     return shortened
 
 
+def payload_pairs(raw: str | None) -> list[tuple[str, str]]:
+    """A list row's payload summary as the current role may see it (`viewer_mask`'s
+    rules: secrets masked for everyone, emails for viewers)."""
+    return summary_pairs(raw, mask_emails=auth.is_viewer_only())
+
+
 def dict_without(mapping: dict[str, Any], *names: str) -> dict[str, Any]:
     return {key: value for key, value in mapping.items() if key not in names}
 
@@ -157,7 +194,14 @@ def cancel_hard_stop_by(requested_at: datetime) -> datetime:
 
 
 def trend_chart_of(trend: list[Any], label: str) -> Chart:
-    return dead_trend_chart(trend, label, lambda value: number(int(value)))
+    return dead_trend_chart(
+        trend,
+        label,
+        hour=local_hour,
+        zone=zone_abbreviation,
+        tick=lambda value: number(int(value)),
+        jobs=lambda count: plural(count, "job"),
+    )
 
 
 def install(app: Flask) -> None:
@@ -169,12 +213,20 @@ def install(app: Flask) -> None:
         ago=ago,
         duration=duration,
         utc=utc,
+        iso_utc=iso_utc,
+        local=local,
+        local_hour=local_hour,
+        zone_abbreviation=zone_abbreviation,
         number=number,
         truncate_text=truncate_text,
+        payload_pairs=payload_pairs,
+        total_text=describe,
         dict_without=dict_without,
     )
     app.jinja_env.globals.update(
         plural=plural,
+        viewer_zone=viewer_zone,
+        zone_abbreviation=zone_abbreviation,
         csrf_token=csrf.token,
         can=auth.can,
         current_identity=auth.current,

@@ -32,6 +32,7 @@ from jobdesk.dashboard.views import (
     overview,
     queues,
     schedules,
+    settings,
     triage_actions,
     workers,
 )
@@ -60,6 +61,7 @@ for child in (
     alerts,
     workers,
     operators,
+    settings,
     health,
     login,
 ):

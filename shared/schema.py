@@ -9,6 +9,7 @@ from __future__ import annotations
 from jobdesk.shared.alerts import models as _alerts
 from jobdesk.shared.core import audit as _audit
 from jobdesk.shared.core import job_counts as _job_counts
+from jobdesk.shared.core import payload_terms as _payload_terms
 from jobdesk.shared.core.models import metadata
 from jobdesk.shared.history import models as _history
 from jobdesk.shared.limits import models as _limits
@@ -28,6 +29,7 @@ _TABLE_MODULES = (
     _job_counts,
     _limits,
     _operator,
+    _payload_terms,
     _reports,
     _retention,
     _schedules,

@@ -8,9 +8,68 @@
 //  3. "select all" checkboxes for bulk actions ([data-check-all="form-id"]), and an
 //     inline message instead of a round trip when "… selected" is pressed with no box
 //     ticked;
-//  4. the phone menu button, and keyboard access to tables wider than the screen.
+//  4. the phone menu button, and keyboard access to tables wider than the screen;
+//  5. tells the server the browser's time zone (a cookie), for viewers who have not
+//     chosen one in their settings.
+//  6. a list refused with 400 ("Bad filter: payload …") is shown: htmx leaves error
+//     responses unswapped, which would leave the old rows under a filter they ignore.
 (function () {
   "use strict";
+
+  // The server renders every time in the viewer's zone: their setting, else the zone
+  // this cookie reports, else UTC. A browser's first page comes before the cookie and
+  // says UTC; that page is reloaded once so its times match every later one. Re-drawing
+  // the times here instead would disagree with the server-rendered htmx fragments that
+  // replace them a few seconds later. The reload cannot loop: it happens only when the
+  // cookie reads back (cookies work), the page shows times, it was a GET (never re-post
+  // a form), and at most once per zone per tab (sessionStorage) — a zone the server
+  // does not know renders UTC again and stays that way.
+  (function reportZone() {
+    var zone;
+    try {
+      zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    } catch (error) {
+      return;
+    }
+    if (!zone || !/^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone)) {
+      return;
+    }
+    var meta = document.querySelector('meta[name="jobdesk-zone"]');
+    var path = (meta && meta.getAttribute("data-cookie-path")) || "/";
+    if (readCookie("jobdesk_tz") !== zone) {
+      document.cookie = "jobdesk_tz=" + zone + "; path=" + path + "; max-age=31536000; samesite=lax" +
+        (window.location.protocol === "https:" ? "; secure" : "");
+    }
+    if (!meta || meta.getAttribute("data-source") === "setting" ||
+        meta.getAttribute("content") === zone || !meta.hasAttribute("data-reloadable") ||
+        readCookie("jobdesk_tz") !== zone) {
+      return;
+    }
+    // Deferred: the document is parsed, so whether it shows any time is known.
+    if (!document.querySelector("time[datetime]")) {
+      return;
+    }
+    var key = "jobdesk-zone-reloaded";
+    try {
+      if (window.sessionStorage.getItem(key) === zone) {
+        return;
+      }
+      window.sessionStorage.setItem(key, zone);
+    } catch (error) {
+      return;
+    }
+    window.location.reload();
+  })();
+
+  function readCookie(name) {
+    var parts = document.cookie ? document.cookie.split("; ") : [];
+    for (var i = 0; i < parts.length; i++) {
+      if (parts[i].indexOf(name + "=") === 0) {
+        return parts[i].slice(name.length + 1);
+      }
+    }
+    return null;
+  }
 
   // The phone layout hides the navigation behind the menu button only when this script
   // runs; without JavaScript the links wrap and stay visible.
@@ -74,6 +133,14 @@
     }
     return false;
   }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (event.detail.xhr.status === 400 && target && target.id === "job-results") {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;

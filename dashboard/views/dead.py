@@ -12,13 +12,13 @@ from flask import Blueprint, request, url_for
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
-from jobdesk.dashboard.forms import parse_bulk_selection
+from jobdesk.dashboard.forms import parse_bulk_selection, request_filters
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back, safe_target
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend
-from jobdesk.shared.operator.filters import RANGES, JobFilters, parse_time
+from jobdesk.shared.operator.filters import RANGES, parse_time
 from jobdesk.shared.operator.live import new_dead
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
@@ -32,7 +32,7 @@ BULK_ACTIONS = ("retry", "ignore")
 @auth.requires(Role.VIEWER)
 def index() -> Any:
     # On this page a time range means "went dead within", i.e. by finish time.
-    filters = replace(JobFilters.from_args(request.args), time_field="finished")
+    filters = replace(request_filters(request.args), time_field="finished")
     refresh = chosen_refresh()
     with db.read() as conn:
         now = db.now(conn)
@@ -60,7 +60,7 @@ def index() -> Any:
 @auth.requires(Role.VIEWER)
 def news() -> Any:
     """How many jobs matching the page's filters went dead after it was rendered."""
-    filters = replace(JobFilters.from_args(request.args), time_field="finished")
+    filters = replace(request_filters(request.args), time_field="finished")
     seen_at = parse_time("seen_at", request.args.get("seen_at"))
     if seen_at is None:
         raise ValidationError("seen_at", "is required: the time the page was rendered")

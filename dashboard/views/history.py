@@ -6,6 +6,7 @@ page costs the same at a thousand jobs and at millions."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, request
@@ -13,7 +14,8 @@ from flask import Blueprint, request
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.charts import Chart, bar_chart
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.templating import duration, number
+from jobdesk.dashboard.templating import duration, number, zone_abbreviation
+from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.history.rollup import SETTLE
 from jobdesk.shared.operator.history import SPANS, Bucket, History, HistoryFilters, read_history
 from jobdesk.shared.operator.models import Role
@@ -51,12 +53,20 @@ def _count(value: float) -> str:
 
 
 def _charts(found: History) -> list[Chart]:
+    """The four charts, their times on the viewer's clock (buckets start on UTC
+    multiples of the step, so with a half-hour zone they start at :30)."""
     span, step = found.span, STEP_NAMES[found.span.name]
-    when = "%a %d %b %H:%M" if span.name == "7d" else "%H:%M"
+    zone = viewer_zone().zone
+    named = zone_abbreviation(found.end)
+    pattern = "%a %d %b %H:%M" if span.name == "7d" else "%H:%M"
+
+    def when(moment: datetime) -> str:
+        return f"{moment.astimezone(zone):{pattern}} {named}"
+
     common: dict[str, Any] = {
-        "label_format": span.label_format,
+        "label": lambda moment: moment.astimezone(zone).strftime(span.label_format),
         "label_every": span.label_every,
-        "x_title": f"Time (UTC), one bar per {step}",
+        "x_title": f"Time ({named}), one bar per {step}",
     }
 
     def counted(field: str, caption: str, verb: str, css: str) -> Chart:
@@ -67,7 +77,7 @@ def _charts(found: History) -> list[Chart]:
             caption=f"{caption} (jobs per {step})",
             summary=f"{caption} per {step} over the last {span.name}: {total:,} in all, "
             f"at most {peak:,} in one {step}",
-            describe=lambda b: f"{b.start:{when}} UTC: {getattr(b, field):,} {verb}",
+            describe=lambda b: f"{when(b.start)}: {getattr(b, field):,} {verb}",
             tick=_count,
             css=css,
             **common,
@@ -75,9 +85,9 @@ def _charts(found: History) -> list[Chart]:
 
     def waited(b: Bucket) -> str:
         if not b.waited:
-            return f"{b.start:{when}} UTC: no measured wait"
+            return f"{when(b.start)}: no measured wait"
         return (
-            f"{b.start:{when}} UTC: mean wait {duration(b.wait_seconds_mean)}, "
+            f"{when(b.start)}: mean wait {duration(b.wait_seconds_mean)}, "
             f"longest {duration(b.wait_seconds_max)} ({b.waited:,} attempts)"
         )
 

@@ -9,17 +9,21 @@ made (`from_audit`) shows their progress by status (`progress`) until all are fi
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
-from flask import Blueprint, Response, request, url_for
+from flask import Blueprint, Response, redirect, request, url_for
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.htmx import render
+from jobdesk.dashboard.forms import request_filters
+from jobdesk.dashboard.htmx import is_htmx, render
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_SORT,
     HOLD_FILTERS,
     MAX_PAGE_SIZE,
     PAGE_SIZES,
@@ -35,12 +39,14 @@ from jobdesk.shared.operator.live import action_progress, new_jobs, newest_job_i
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries import (
     Page,
+    filter_conditions,
     job_detail,
     job_status,
     list_jobs,
     retries_of,
     stored_document,
 )
+from jobdesk.shared.operator.totals import FilterChoices, Total, filter_choices, matching_total
 from jobdesk.shared.retention.pruning import tombstone
 
 bp = Blueprint("jobs", __name__)
@@ -51,14 +57,25 @@ WAITING = frozenset(str(status) for status in CLAIMABLE)
 HTMX_STOP_POLLING = 286
 
 
-def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -> dict[str, Any]:
+def list_context(
+    filters: JobFilters, after: str | None, before: str | None = None, *, load: bool = True
+) -> dict[str, Any]:
     refresh = chosen_refresh()
+    total: Total | None = None
     with db.read() as conn:
         now = db.now(conn)
         # The mark first: a job committed while the page is read is then announced as
         # new (even if it is also shown), never silently missed.
         newest_id = newest_job_id(conn) if load and refresh != "off" else 0
-        page = list_jobs(conn, filters, after, now=now) if load else Page([], None)
+        page = Page([], None)
+        if load:
+            page = list_jobs(conn, filters, after, before=before, now=now)
+            if before and not page.items:
+                # Everything before the cursor is gone (pruned): start from the top.
+                before = None
+                page = list_jobs(conn, filters, now=now)
+            total = matching_total(conn, filter_conditions(conn, filters, now), filters)
+        choices = filter_choices(conn, filters) if load else FilterChoices([], [])
         holds = holds_for_jobs(
             conn, [job.id for job in page.items if job.status in WAITING], now=now
         )
@@ -76,6 +93,9 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
         "page": page,
         "holds": holds,
         "after": after,
+        "before": before,
+        "total": total,
+        "choices": choices,
         "statuses": [str(s) for s in JobStatus],
         "resolutions": [UNRESOLVED, *(str(r) for r in Resolution)],
         "sorts": SORTS,
@@ -87,20 +107,48 @@ def list_context(filters: JobFilters, after: str | None, *, load: bool = True) -
     }
 
 
+#: What the filter form sends for fields left as they are: no filter at all.
+_FORM_DEFAULTS = frozenset(
+    {("time", "created"), ("sort", DEFAULT_SORT), ("page_size", str(DEFAULT_PAGE_SIZE))}
+)
+
+
+def clean_url() -> str | None:
+    """This URL without its blank parameters and the form's defaults (a GET form sends
+    every field), or None when it has none of them."""
+    given = list(request.args.items(multi=True))
+    kept = [
+        (name, value)
+        for name, value in given
+        if value.strip() and (name, value) not in _FORM_DEFAULTS
+    ]
+    if len(kept) == len(given):
+        return None
+    return request.path + (f"?{urlencode(kept)}" if kept else "")
+
+
 @bp.get("/jobs")
 @auth.requires(Role.VIEWER)
 def index() -> Any:
+    clean = clean_url()
+    if clean is not None and not is_htmx():
+        return redirect(clean, code=302)
     try:
-        filters = JobFilters.from_args(request.args)
+        filters = request_filters(request.args)
         after = request.args.get("after") or None
-        context = list_context(filters, after)
+        before = request.args.get("before") or None
+        context = list_context(filters, after, before)
     except ValidationError as exc:
         # Show the form again with the problem instead of an error page.
         context = list_context(JobFilters(), None, load=False)
         context["error"] = exc
         body = render("jobs/list.html", "jobs/_results.html", "job-results", **context)
         return body, 400
-    return render("jobs/list.html", "jobs/_results.html", "job-results", **context)
+    response = Response(render("jobs/list.html", "jobs/_results.html", "job-results", **context))
+    if clean is not None:
+        # htmx submitted the form: the address bar gets the clean URL, not the blanks.
+        response.headers["HX-Push-Url"] = clean
+    return response
 
 
 def _shown_ids(raw: str | None) -> list[int]:
@@ -120,7 +168,7 @@ def _shown_ids(raw: str | None) -> list[int]:
 def news() -> Any:
     """How many jobs matching the list's filters arrived after the page was rendered,
     plus the current status of the rows it shows (swapped in place, out of band)."""
-    filters = JobFilters.from_args(request.args)
+    filters = request_filters(request.args)
     newer_than = parse_positive_int("newer_than", request.args.get("newer_than")) or 0
     shown = _shown_ids(request.args.get("shown"))
     with db.read() as conn:

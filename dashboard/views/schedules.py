@@ -1,6 +1,6 @@
 """Schedules: the recurring jobs with their expression in words, next run in the
-schedule's own time zone, the last runs and their outcome; pause / resume / run now
-(operator, audited)."""
+schedule's own time zone (and on the viewer's clock when theirs differs), the last runs
+and their outcome; pause / resume / run now (operator, audited)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.flashes import note
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back
+from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS
+from jobdesk.shared.operator.zones import local_text
 from jobdesk.shared.schedules.store import list_schedules, pause, recent_runs, resume, run_now
 
 bp = Blueprint("schedules", __name__)
@@ -31,6 +33,8 @@ def index() -> Any:
                 "schedule": schedule,
                 "local_next": schedule.next_run_at.astimezone(ZoneInfo(schedule.timezone)),
                 "runs": recent_runs(conn, schedule.name),
+                # The viewer's own clock beside the schedule's, when they differ.
+                "viewer_differs": viewer_zone().name != schedule.timezone,
             }
             for schedule in list_schedules(conn)
         ]
@@ -78,7 +82,8 @@ def pause_schedule(name: str) -> Any:
 def resume_schedule(name: str) -> Any:
     done = _act(name, "resumed", lambda conn, now: resume(conn, name, actor=auth.actor(), now=now))
     if done is not None:
-        note(f"Resumed schedule {name}; next run {done.next_run_at:%Y-%m-%d %H:%M} UTC.", "success")
+        next_run = local_text(done.next_run_at, viewer_zone().zone, seconds=False)
+        note(f"Resumed schedule {name}; next run {next_run}.", "success")
     return back(_fallback())
 
 

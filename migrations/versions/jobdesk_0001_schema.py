@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import jobdesk.shared.core.sqltypes
-from jobdesk.shared.core import job_counts
+from jobdesk.shared.core import job_counts, payload_terms
 
 revision: str = "jobdesk_0001"
 down_revision: str | None = None
@@ -287,7 +287,11 @@ def upgrade() -> None:
             sqlite_where=sa.text("status IN ('failed', 'queued')"),
         )
         batch_op.create_index(
-            "ix_jobdesk_jobs_dead_fingerprint", ["status", "error_fingerprint"], unique=False
+            "ix_jobdesk_jobs_dead_fingerprint",
+            ["status", "error_fingerprint"],
+            unique=False,
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
         )
         batch_op.create_index(
             "ix_jobdesk_jobs_dead_unresolved",
@@ -382,6 +386,7 @@ def upgrade() -> None:
             "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("session_epoch", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("timezone", sa.String(length=64), nullable=True),
         sa.CheckConstraint(
             "role IN ('admin', 'operator', 'viewer')", name=op.f("ck_jobdesk_operators_role")
         ),
@@ -789,6 +794,44 @@ def upgrade() -> None:
             postgresql_ops={"error": "gin_trgm_ops"},
             postgresql_where=sa.text("error IS NOT NULL"),
         )
+    _create_payload_search(postgresql)
+
+
+def _create_payload_search(postgresql: bool) -> None:
+    """Payload search's index: GIN over the JSONB on PostgreSQL; on SQLite the terms
+    table kept by triggers (see jobdesk.shared.core.payload_terms)."""
+    if postgresql:
+        op.create_index(
+            "ix_jobdesk_jobs_payload",
+            "jobdesk_jobs",
+            ["payload"],
+            postgresql_using="gin",
+            postgresql_ops={"payload": "jsonb_path_ops"},
+        )
+    op.create_table(
+        "jobdesk_payload_terms",
+        sa.Column("path", sa.String(length=200), nullable=False),
+        sa.Column("value", sa.String(length=201), nullable=False),
+        sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.PrimaryKeyConstraint("path", "value", "job_id", name=op.f("pk_jobdesk_payload_terms")),
+        sqlite_with_rowid=False,
+    )
+    op.create_index(
+        "ix_jobdesk_payload_terms_job_id", "jobdesk_payload_terms", ["job_id"], unique=False
+    )
+    if not postgresql:
+        for statement in payload_terms.SQLITE_DDL:
+            op.execute(statement)
+
+
+def _drop_payload_search() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_jobdesk_jobs_payload", table_name="jobdesk_jobs")
+    else:
+        for name in payload_terms.TRIGGER_NAMES:
+            op.execute(f"DROP TRIGGER IF EXISTS jobdesk_payload_terms_{name}")
+    op.drop_index("ix_jobdesk_payload_terms_job_id", table_name="jobdesk_payload_terms")
+    op.drop_table("jobdesk_payload_terms")
 
 
 def _create_counting(postgresql: bool) -> None:
@@ -854,6 +897,7 @@ def _drop_counting() -> None:
 
 
 def downgrade() -> None:
+    _drop_payload_search()
     op.drop_table("jobdesk_history_watermark")
     op.drop_table("jobdesk_history_hours")
     op.drop_table("jobdesk_history_minutes")

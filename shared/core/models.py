@@ -176,7 +176,8 @@ class Job(Base):
             ),
         ),
         # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
-        # key is unique among original enqueues only.
+        # key is unique among original enqueues only. (The predicate is what the README's
+        # plain-SQL `ON CONFLICT … WHERE retried_from_id IS NULL` names, so it stays this.)
         sa.Index(
             "uq_jobdesk_jobs_idempotency_key",
             "idempotency_key",
@@ -198,7 +199,14 @@ class Job(Base):
             postgresql_where=sa.text("retried_from_id IS NOT NULL"),
             sqlite_where=sa.text("retried_from_id IS NOT NULL"),
         ),
-        sa.Index("ix_jobdesk_jobs_dead_fingerprint", "status", "error_fingerprint"),
+        # Only jobs that failed have a fingerprint: a job that never failed is not in it.
+        sa.Index(
+            "ix_jobdesk_jobs_dead_fingerprint",
+            "status",
+            "error_fingerprint",
+            postgresql_where=sa.text("error_fingerprint IS NOT NULL"),
+            sqlite_where=sa.text("error_fingerprint IS NOT NULL"),
+        ),
         # The dead-letter triage page: unresolved dead jobs grouped by fingerprint and type,
         # with first/last seen and newest id, answered from this index alone.
         sa.Index(
@@ -245,6 +253,15 @@ class Job(Base):
             postgresql_using="gin",
             postgresql_ops={"last_error": "gin_trgm_ops"},
             postgresql_where=sa.text("last_error IS NOT NULL"),
+        ).ddl_if(dialect="postgresql"),
+        # Payload search (`payload=user_id=42`): containment `payload @> '{"user_id": 42}'`
+        # for any key. jsonb_path_ops hashes whole paths, so the index is smaller than the
+        # default opclass and answers exactly @>. SQLite: `core.payload_terms`.
+        sa.Index(
+            "ix_jobdesk_jobs_payload",
+            "payload",
+            postgresql_using="gin",
+            postgresql_ops={"payload": "jsonb_path_ops"},
         ).ddl_if(dialect="postgresql"),
         # SQLite would reuse the id of a deleted newest row; job ids are referenced by
         # audit rows, effects and links, so they must never come back.

@@ -24,6 +24,7 @@ from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
 from jobdesk.shared.operator.models import Role, operators
+from jobdesk.shared.operator.zones import check_timezone
 
 ROLES: tuple[str, ...] = tuple(Role)
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{NAME_LENGTH}}}")
@@ -53,6 +54,8 @@ class OperatorAccount:
     password_version: str
     #: The session generation; sessions issued under an older one are refused.
     session_epoch: int = 0
+    #: The IANA zone the account reads times in (None: the browser's, else UTC).
+    timezone: str | None = None
 
 
 def role_at_least(role: str, needed: str) -> bool:
@@ -95,6 +98,7 @@ def _account(row: Any) -> OperatorAccount:
         last_login_at=row.last_login_at,
         password_version=password_version(row.password_hash),
         session_epoch=int(row.session_epoch),
+        timezone=row.timezone,
     )
 
 
@@ -294,5 +298,18 @@ def set_password(
         action=AuditAction.OPERATOR_PASSWORD,
         subject=f"operator:{username}",
         now=now,
+    )
+    return require_operator(conn, username)
+
+
+def set_timezone(conn: sa.Connection, username: str, zone: str | None) -> OperatorAccount:
+    """Set (a known IANA name) or clear (None: the browser's zone applies) the zone an
+    account reads the dashboard's times in. A display preference of the account's own,
+    like the refresh interval: it changes no access and no data, so it is not audited,
+    and sessions continue."""
+    require_operator(conn, username)
+    value = None if zone is None else check_timezone(zone)
+    conn.execute(
+        sa.update(operators).where(operators.c.username == username).values(timezone=value)
     )
     return require_operator(conn, username)

@@ -20,6 +20,12 @@ from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.models import KEY_LENGTH
 from jobdesk.shared.core.states import JobStatus, Resolution
 from jobdesk.shared.core.validation import NAME_PATTERN
+from jobdesk.shared.operator.payload_search import (
+    Term,
+    format_terms,
+    parse_terms,
+    refuse_hidden,
+)
 
 PAGE_SIZES: tuple[int, ...] = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 50
@@ -182,12 +188,19 @@ class JobFilters:
     #: Waiting jobs a paused queue, paused endpoint or open breaker holds (`any`) or one
     #: of those (`operator.holds.HOLD_FILTERS`).
     held: str | None = None
+    #: Payload terms (`payload=user_id=42 endpoint=crm`, see `operator.payload_search`).
+    payload: tuple[Term, ...] = ()
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any]) -> JobFilters:
-        """Parse query arguments (a Flask `request.args`, a dict); raises ValidationError."""
+    def from_args(cls, args: Mapping[str, Any], *, mask_emails: bool = False) -> JobFilters:
+        """Parse query arguments (a Flask `request.args`, a dict); raises ValidationError.
+
+        `mask_emails`: the searcher sees emails masked (a viewer), so a payload search
+        for one is refused like a search for a secret."""
+        payload = parse_terms(_single(args, "payload"))
+        refuse_hidden(payload, mask_emails=mask_emails)
         status = _choice(args, "status", tuple(str(s) for s in JobStatus))
         resolution = _choice(args, "resolution", (UNRESOLVED, *(str(r) for r in Resolution)))
         fingerprint = _single(args, "fingerprint")
@@ -232,6 +245,7 @@ class JobFilters:
             from_audit=parse_positive_int("from_audit", _single(args, "from_audit")),
             endpoint=_name(args, "webhook"),
             held=_choice(args, "held", HOLD_FILTERS),
+            payload=payload,
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
         )
@@ -244,9 +258,11 @@ class JobFilters:
         defaults = {"time_field": "created", "sort": DEFAULT_SORT, "page_size": DEFAULT_PAGE_SIZE}
         for item in fields(self):
             value = getattr(self, item.name)
-            if value is None or defaults.get(item.name) == value:
+            if value is None or value == () or defaults.get(item.name) == value:
                 continue
-            if isinstance(value, datetime):
+            if item.name == "payload":
+                value = format_terms(value)
+            elif isinstance(value, datetime):
                 value = format_time(value)
             out[names.get(item.name, item.name)] = str(value)
         return out

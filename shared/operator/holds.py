@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
@@ -46,6 +46,7 @@ from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers, rate_limits
 from jobdesk.shared.operator.filters import HOLD_FILTERS
+from jobdesk.shared.operator.zones import local_text
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
@@ -99,10 +100,11 @@ class Hold:
     detail: str | None = None
     job_id: int | None = None
 
-    def text(self, now: datetime) -> str:
+    def text(self, now: datetime, zone: tzinfo = UTC) -> str:
         """The whole line, e.g. "held: endpoint crm paused until 08:10 UTC — CRM
-        maintenance" (times in UTC, with the date when it is not today's)."""
-        until = f" until {clock(self.until, now)}" if self.until else ""
+        maintenance" (times on the clock of `zone`, with the date when it is not
+        today's there)."""
+        until = f" until {clock(self.until, now, zone)}" if self.until else ""
         tail = f" — {self.detail}" if self.detail else ""
         if self.kind is HoldKind.QUEUE_PAUSED:
             return f"held: queue {self.name} paused by {self.by}{tail}"
@@ -111,20 +113,19 @@ class Hold:
         if self.kind is HoldKind.BREAKER_OPEN:
             return f"held: breaker for {breaker_target(self.name or '')} open{until}{tail}"
         if self.kind is HoldKind.RATE_LIMIT:
-            return f"waiting: rate limit {self.name} (next try {clock(self.until, now)})"
+            return f"waiting: rate limit {self.name} (next try {clock(self.until, now, zone)})"
         if self.kind is HoldKind.GROUP_BLOCKED:
             return f"blocked by job #{self.job_id} (group {self.name})"
         note = f" ({self.detail})" if self.detail else ""
-        return f"scheduled: runs at {clock(self.until, now)}{note}"
+        return f"scheduled: runs at {clock(self.until, now, zone)}{note}"
 
 
-def clock(moment: datetime | None, now: datetime) -> str:
-    """`08:10 UTC`, or `2026-12-02 08:10 UTC` when not on today's (UTC) date."""
+def clock(moment: datetime | None, now: datetime, zone: tzinfo = UTC) -> str:
+    """`08:10 UTC` (`09:10 CET` in Europe/Berlin), or `2026-12-02 08:10 UTC` when not on
+    today's date in `zone`."""
     if moment is None:
         return "—"
-    if moment.date() == now.date():
-        return f"{moment:%H:%M} UTC"
-    return f"{moment:%Y-%m-%d %H:%M} UTC"
+    return local_text(moment, zone, now=now, seconds=False)
 
 
 def breaker_target(key: str) -> str:

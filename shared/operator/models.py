@@ -10,6 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, in_list, table_of
 from jobdesk.shared.core.sqltypes import utcnow
+from jobdesk.shared.operator.zones import ZONE_MAX_CHARS
 
 
 class Role(StrEnum):
@@ -35,6 +36,8 @@ class Operator(Base):
     #: Session generation: every session cookie carries the value it was issued under
     #: and is refused once this moves on (logout, disable, enable, password change).
     session_epoch: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    #: The IANA zone this operator reads times in; NULL: the browser's zone, else UTC.
+    timezone: Mapped[str | None] = mapped_column(sa.String(ZONE_MAX_CHARS))
 
     __table_args__ = (
         sa.CheckConstraint(in_list("role", sorted(Role)), name="role"),

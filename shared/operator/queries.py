@@ -2,7 +2,8 @@
 job's full story (attempts, deliveries, lineage, group lane, audit).
 
 List queries never select `payload`: a list of 100 jobs must not drag 100 payloads of
-up to 256 KiB through the database and the web process. Error excerpts are cut in SQL.
+up to 256 KiB through the database and the web process (its few-pair summary is cut
+in SQL, `operator.payload_summary`). Error excerpts are cut in SQL.
 Every filter is bound as a parameter; sort orders and page sizes come from the
 allow-lists in `operator.filters`. `statement_deadline` bounds how long a page may query.
 """
@@ -32,6 +33,8 @@ from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.operator.holds import endpoint_name, held_condition
+from jobdesk.shared.operator.payload_search import payload_matches
+from jobdesk.shared.operator.payload_summary import payload_summary
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
@@ -158,6 +161,7 @@ def filter_conditions(
         conditions.append(endpoint_name(conn) == filters.endpoint)
     if filters.held is not None:
         conditions.append(held_condition(conn, filters.held, now=now))
+    conditions.extend(payload_matches(conn, term) for term in filters.payload)
     return conditions
 
 
@@ -215,12 +219,16 @@ class JobSummary:
     error_fingerprint: str | None
     resolution: str | None
     retried_from_id: int | None
+    #: A few scalar payload members as JSON text (`operator.payload_summary`).
+    payload_summary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
     items: list[JobSummary]
     next_cursor: str | None
+    #: Where the page before this one ends (None on the first page).
+    previous_cursor: str | None = None
 
 
 _SUMMARY_COLUMNS = (
@@ -241,6 +249,7 @@ _SUMMARY_COLUMNS = (
     jobs.c.error_fingerprint,
     jobs.c.resolution,
     jobs.c.retried_from_id,
+    payload_summary(jobs.c.payload).label("payload_summary"),
 )
 
 
@@ -281,40 +290,61 @@ def decode_cursor(sort: str, raw: str) -> tuple[Any, int]:
     return value, job_id
 
 
-def list_jobs(
-    conn: sa.Connection, filters: JobFilters, after: str | None = None, *, now: datetime
-) -> Page:
-    """One page of jobs matching `filters`, in the filter's sort order (keyset paging)."""
+def _cursor_of(filters: JobFilters, job: JobSummary) -> str:
+    column, _, _ = _SORT_COLUMNS[filters.sort]
+    value = job.id if column is jobs.c.id else getattr(job, column.name)
+    return encode_cursor(filters.sort, value, job.id)
+
+
+def _beyond(filters: JobFilters, cursor: str, *, forward: bool) -> sa.ColumnElement[bool]:
+    """The rows after the cursor in the sort order (`forward`), or before it."""
     column, descending, is_time = _SORT_COLUMNS[filters.sort]
-    query = sa.select(*_SUMMARY_COLUMNS).where(*filter_conditions(conn, filters, now))
-    if after:
-        value, last_id = decode_cursor(filters.sort, after)
-        if column is jobs.c.id:
-            query = query.where(jobs.c.id < last_id if descending else jobs.c.id > last_id)
-        else:
-            bound = sa.literal(value, UTCDateTime()) if is_time else sa.literal(value)
-            if descending:
-                query = query.where(
-                    sa.or_(column < bound, sa.and_(column == bound, jobs.c.id < last_id))
-                )
-            else:
-                query = query.where(
-                    sa.or_(column > bound, sa.and_(column == bound, jobs.c.id > last_id))
-                )
+    value, last_id = decode_cursor(filters.sort, cursor)
+    later = descending == forward  # moving toward smaller values
     if column is jobs.c.id:
-        order = [jobs.c.id.desc() if descending else jobs.c.id.asc()]
+        return jobs.c.id < last_id if later else jobs.c.id > last_id
+    bound = sa.literal(value, UTCDateTime()) if is_time else sa.literal(value)
+    if later:
+        return sa.or_(column < bound, sa.and_(column == bound, jobs.c.id < last_id))
+    return sa.or_(column > bound, sa.and_(column == bound, jobs.c.id > last_id))
+
+
+def list_jobs(
+    conn: sa.Connection,
+    filters: JobFilters,
+    after: str | None = None,
+    *,
+    before: str | None = None,
+    now: datetime,
+) -> Page:
+    """One page of jobs matching `filters`, in the filter's sort order (keyset paging):
+    the first page, the page `after` a cursor, or the page `before` one (read in the
+    reverse order from the cursor, so going back costs what going forward does)."""
+    column, descending, _ = _SORT_COLUMNS[filters.sort]
+    query = sa.select(*_SUMMARY_COLUMNS).where(*filter_conditions(conn, filters, now))
+    backward = before is not None and after is None
+    if after:
+        query = query.where(_beyond(filters, after, forward=True))
+    elif before:
+        query = query.where(_beyond(filters, before, forward=False))
+    reverse = descending != backward
+    if column is jobs.c.id:
+        order = [jobs.c.id.desc() if reverse else jobs.c.id.asc()]
     else:
-        order = [column.desc(), jobs.c.id.desc()] if descending else [column.asc(), jobs.c.id.asc()]
+        order = [column.desc(), jobs.c.id.desc()] if reverse else [column.asc(), jobs.c.id.asc()]
     query = query.order_by(*order).limit(filters.page_size + 1)
     items = [JobSummary(**row._mapping) for row in conn.execute(query)]
     more = len(items) > filters.page_size
     items = items[: filters.page_size]
-    cursor = None
-    if more and items:
-        last = items[-1]
-        sort_value = getattr(last, column.name) if column is not jobs.c.id else last.id
-        cursor = encode_cursor(filters.sort, sort_value, last.id)
-    return Page(items, cursor)
+    if backward:
+        items.reverse()
+        # Going back: the page we came from follows; more rows before: another page back.
+        next_cursor = _cursor_of(filters, items[-1]) if items else None
+        previous = _cursor_of(filters, items[0]) if more and items else None
+        return Page(items, next_cursor, previous)
+    next_cursor = _cursor_of(filters, items[-1]) if more and items else None
+    previous = _cursor_of(filters, items[0]) if after and items else None
+    return Page(items, next_cursor, previous)
 
 
 def count_matching(conn: sa.Connection, filters: JobFilters, *, now: datetime) -> int:

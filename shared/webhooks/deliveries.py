@@ -19,10 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 from jobdesk.shared.core import driver_sql
+from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.effects import check_effect_key, record_effect
+from jobdesk.shared.core.effects import check_effect_key, complete_effect
 from jobdesk.shared.core.masking import sanitize_error
-from jobdesk.shared.core.models import effects, jobs
+from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 EXCERPT_CHARS = 2000
@@ -88,15 +89,28 @@ _INSERT = sa.insert(webhook_deliveries).values(
 )
 # The log row and the effect record of a delivered webhook as ONE statement (PostgreSQL
 # runs a data-modifying CTE exactly once, referenced or not): atomic on its own, so the
-# worker sends it in autocommit without BEGIN and COMMIT round trips.
+# worker sends it in autocommit without BEGIN and COMMIT round trips. The attempt's own
+# reservation becomes done; a key nobody reserved is inserted done; a key another
+# attempt took over, or already done, is left as it is (`complete_effect`'s rules).
+_insert_effect = pg.insert(effects)
+_DONE: sa.ColumnClause[str] = sa.literal_column(f"'{EffectState.DONE.value}'")
+_RESERVED: sa.ColumnClause[str] = sa.literal_column(f"'{EffectState.RESERVED.value}'")
 _INSERT_WITH_EFFECT = (
-    pg.insert(effects)
-    .values(
+    _insert_effect.values(
         key=sa.bindparam("effect_key", type_=effects.c.key.type),
         job_id=sa.bindparam("job_id", type_=effects.c.job_id.type),
         detail=sa.bindparam("effect_detail", type_=effects.c.detail.type),
     )
-    .on_conflict_do_nothing(index_elements=[effects.c.key])
+    .on_conflict_do_update(
+        index_elements=[effects.c.key],
+        # Constants inline, not bound: the statement runs on psycopg with named params only.
+        set_={"state": _DONE, "detail": _insert_effect.excluded.detail},
+        where=sa.and_(
+            effects.c.state == _RESERVED,
+            effects.c.job_id == sa.bindparam("job_id", type_=effects.c.job_id.type),
+            effects.c.lease_token == sa.bindparam("lease_token", type_=effects.c.lease_token.type),
+        ),
+    )
     .add_cte(_INSERT.cte("delivery"))
 )
 
@@ -144,11 +158,13 @@ def record_delivery(
     response_excerpt: str | None = None,
     error: str | None = None,
     effect: tuple[str, dict[str, Any]] | None = None,
+    lease_token: int | None = None,
 ) -> None:
-    """Append one delivery row; with `effect` (key, detail) also record the effect.
+    """Append one delivery row; with `effect` (key, detail) also mark the effect done —
+    the reservation of the attempt `(job_id, lease_token)`, or a new record.
 
     On PostgreSQL this is a single statement either way; on SQLite the caller's
-    transaction holds the two inserts together.
+    transaction holds the two writes together.
     """
     row = _row(
         job_id,
@@ -166,14 +182,15 @@ def record_delivery(
     if not is_postgresql(conn):
         conn.execute(_INSERT, row)
         if effect is not None:
-            record_effect(conn, effect[0], job_id=job_id, detail=effect[1])
+            owner = JobRef(job_id, lease_token if lease_token is not None else -1, attempt, "")
+            complete_effect(conn, effect[0], owner, effect[1])
         return
     # Run on psycopg's cursor: once per delivery, SQLAlchemy's layer was most of its cost.
     if effect is None:
         driver_sql.execute(conn, _INSERT, row)
         return
     key, detail = check_effect_key(effect[0]), driver_sql.json_param(effect[1] or {})
-    params = {**row, "effect_key": key, "effect_detail": detail}
+    params = {**row, "effect_key": key, "effect_detail": detail, "lease_token": lease_token}
     driver_sql.execute(conn, _INSERT_WITH_EFFECT, params)
 
 

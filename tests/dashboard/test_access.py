@@ -59,6 +59,8 @@ EXPECTED_ROLES = {
     "jobdesk.operators.disable": "admin",
     "jobdesk.operators.enable": "admin",
     "jobdesk.operators.reset_password": "admin",
+    "jobdesk.settings.index": "viewer",
+    "jobdesk.settings.save": "viewer",
     "jobdesk.health.healthz": "public",
     "jobdesk.health.readyz": "public",
     "metrics.metrics": "public",  # its own bearer-token / loopback check

@@ -54,9 +54,9 @@ def test_an_operator_stops_a_running_job_from_its_page(
     assert response.status_code == 303
     page = operator.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert f"Asked the worker running job #{job_id} to stop it" in page
-    assert re.search(r"Cancel requested</strong> by otto at <span[^>]*>\d\d:\d\d UTC", page)
+    assert re.search(r"Cancel requested</strong> by otto at <time[^>]*>\d\d:\d\d UTC", page)
     assert "“wrong month”" in page
-    assert re.search(r"hard stop by <span[^>]*>\d\d:\d\d:\d\d UTC", page)
+    assert re.search(r"hard stop by <time[^>]*>\d\d:\d\d:\d\d UTC", page)
     assert "Stop and cancel this job" not in page  # asked once is enough
     with engine.connect() as conn:
         row = job_row(conn, job_id)
@@ -105,7 +105,7 @@ def test_a_cancelled_job_shows_who_when_and_why(operator: Browser, engine: sa.En
     page = operator.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert f"Cancelled job #{job_id}." in page
     assert re.search(
-        r"<strong>Cancelled</strong> by otto at <span[^>]*>\d\d:\d\d UTC</span> \(", page
+        r"<strong>Cancelled</strong> by otto at <time[^>]*>\d\d:\d\d UTC</time> \(", page
     )
     assert "— “duplicate signup”" in page
 

@@ -39,7 +39,14 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
                  "--disable-sync", "--no-first-run"]  # fmt: skip
 PASSWORD = "support desk password"
 SECRET = "e2e-secret-key-abcdefghijklmnopqrstuvwxyz-0123"
-CRM_ERROR = "ConnectTimeout: POST https://crm.example.com/hooks/users timed out after 10.0s"
+#: What the worker records when the CRM never answers (`WebhookDeliveryError: endpoint
+#: <name>: <kind>: ...`, searchable as "endpoint crm" the way docs/demo.md triages it).
+CRM_ERROR = (
+    "WebhookDeliveryError: endpoint crm: connect_error: "
+    "ConnectTimeout: POST https://crm.example.com/hooks/users timed out after 10.0s"
+)
+#: The demo's CRM webhook gives up after its 5th attempt (jobdesk/demo/story.py).
+CRM_ATTEMPTS = 5
 
 
 @dataclass
@@ -49,13 +56,87 @@ class Seeded:
     report_dead: int
 
 
-def _attempts(conn: sa.Connection, job_id: int, errors: list[str], now: datetime) -> None:
+#: The CRM webhook's production backoff between its attempts (the story's 1 min, 5 min,
+#: 30 min, 2 h) and how long each attempt waited before it timed out.
+CRM_BACKOFF = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=30),
+               timedelta(hours=2))  # fmt: skip
+ATTEMPT_TIME = timedelta(seconds=10)
+
+
+def first_try(finished: datetime) -> datetime:
+    """When a CRM webhook that went dead at `finished` was first tried."""
+    return finished - sum(CRM_BACKOFF, timedelta()) - CRM_ATTEMPTS * ATTEMPT_TIME
+
+
+def _attempts(conn: sa.Connection, job_id: int, errors: list[str], finished: datetime) -> None:
+    started = first_try(finished)
     for number, error in enumerate(errors, start=1):
-        started = now - timedelta(hours=3, minutes=-20 * number)
         conn.execute(sa.insert(job_attempts).values(
             job_id=job_id, attempt=number, worker_id="app-1:4242:9f1c", outcome="timeout",
-            started_at=started, finished_at=started + timedelta(seconds=10), error=error,
+            started_at=started, finished_at=started + ATTEMPT_TIME, error=error,
             error_fingerprint=fingerprint(error)))  # fmt: skip
+        if number <= len(CRM_BACKOFF):
+            started += ATTEMPT_TIME + CRM_BACKOFF[number - 1]
+
+
+def _story_alerts(conn: sa.Connection, dead: int, now: datetime) -> None:
+    """The two alerts the CRM outage tripped, worded and linked as the rules
+    (shared/alerts/rules.py) word them. The morning after, the repeated error has left
+    its window and resolved; the dead-letter spike stays open while its dead letters
+    wait for a decision, and names the other alert as the same incident."""
+    crm = CRM_ERROR + f" (attempt {CRM_ATTEMPTS}, job 206)"
+    opened = now - timedelta(hours=7, minutes=35)  # when the first of them went dead
+    fingerprinted = fingerprint(CRM_ERROR)
+    repeated = conn.execute(
+        sa.insert(alerts)
+        .values(
+            rule="repeated_error",
+            subject=fingerprinted,
+            status="resolved",
+            message=(
+                f"{dead} jobs (webhook.deliver to crm) failed with the same error in the "
+                f"last 15 min: {crm}"
+            ),
+            count=dead,
+            opened_at=opened,
+            last_seen_at=opened + timedelta(minutes=5),
+            resolved_at=opened + timedelta(minutes=20),
+            notify_key=f"repeated_error:{fingerprinted}:{opened:%Y%m%d%H%M}",
+            details={
+                "fingerprint": fingerprinted,
+                "job_types": ["webhook.deliver"],
+                "jobs_by_type": {"webhook.deliver": dead},
+                "endpoints": ["crm"],
+                "error": crm,
+                "filter": {"fingerprint": fingerprinted},
+            },
+        )
+        .returning(alerts.c.id)
+    ).scalar_one()
+    since = opened - timedelta(minutes=15)
+    conn.execute(
+        sa.insert(alerts).values(
+            rule="dead_letter_spike",
+            subject="webhook.deliver:crm",
+            message=(
+                f"{dead} webhook.deliver jobs to crm died since {since:%H:%M} UTC and are "
+                f"still unresolved: {crm}"
+            ),
+            count=dead,
+            opened_at=opened,
+            last_seen_at=now,
+            details={
+                "job_type": "webhook.deliver",
+                "endpoint": "crm",
+                "job_types": ["webhook.deliver"],
+                "endpoints": ["crm"],
+                "since": since.isoformat(),
+                "filter": {"status": "dead", "job_type": "webhook.deliver", "endpoint": "crm"},
+                "error": crm,
+                "related_alert_id": repeated,
+            },
+        )
+    )
 
 
 def seed(engine: sa.Engine) -> Seeded:
@@ -98,28 +179,32 @@ def seed(engine: sa.Engine) -> Seeded:
             )
         crm_dead = []
         for index, user in enumerate(range(201, 207)):
+            died = now - timedelta(hours=2 + index, minutes=7 * index)
             job_id = make_job(
                 conn,
                 job_type="webhook.deliver",
                 queue="webhooks",
                 status="dead",
-                attempts=8,
-                max_attempts=8,
+                attempts=CRM_ATTEMPTS,
+                max_attempts=CRM_ATTEMPTS,
                 group_key=f"crm:user:{user}",
-                idempotency_key=f"webhook:user:{user}:event:created",
+                idempotency_key=f"webhook:user:{user}:event:user.created",
                 payload={
                     "endpoint": "crm",
                     "event": "user.created",
                     "data": {"user_id": user, "email": f"user{user}@example.com", "plan": "pro"},
                     "api_token": "crm_live_8f2d1c",
                 },
-                last_error=CRM_ERROR + f" (attempt 8, job {user})",
+                last_error=CRM_ERROR + f" (attempt {CRM_ATTEMPTS}, job {user})",
                 error_fingerprint=fingerprint(CRM_ERROR),
-                finished_at=now - timedelta(hours=2 + index, minutes=7 * index),
-                created_at=now - timedelta(hours=9),
+                finished_at=died,
+                created_at=first_try(died) - timedelta(seconds=1),
             )
             _attempts(
-                conn, job_id, [CRM_ERROR + f" (attempt {n}, job {user})" for n in (1, 2, 3)], now
+                conn,
+                job_id,
+                [CRM_ERROR + f" (attempt {n}, job {user})" for n in range(1, CRM_ATTEMPTS + 1)],
+                died,
             )
             crm_dead.append(job_id)
         email_dead = make_job(
@@ -175,13 +260,7 @@ def seed(engine: sa.Engine) -> Seeded:
                 name="leader", holder="app-1:4242:9f1c", expires_at=now + timedelta(seconds=30)
             )
         )
-        conn.execute(
-            sa.insert(alerts).values(
-                rule="repeated_error",
-                subject="webhook.deliver:crm",
-                message="6 webhook.deliver jobs to crm died with the same error: ConnectTimeout",
-            )
-        )
+        _story_alerts(conn, len(crm_dead), now)
         nightly = ScheduleSpec(
             "report.nightly",
             "report.generate",

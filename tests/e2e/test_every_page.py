@@ -15,82 +15,19 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import PASSWORD, Seeded
+from tests.e2e.conftest import Seeded
+from tests.e2e.screens import SCREENS, VIEWPORTS, log_in, open_screen, screen_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
 
 Server = tuple[str, Seeded]
-AXE = (Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js").read_text()
-VIEWPORTS = {"390": {"width": 390, "height": 844}, "1366": {"width": 1366, "height": 900}}
-SCHEMES = ("light", "dark")
-#: axe's impact levels that fail the test; "minor"/"moderate" findings are printed.
-BLOCKING = {"serious", "critical"}
 
 
-@pytest.fixture(params=[(w, s) for w in VIEWPORTS for s in SCHEMES], ids="-".join)
+@pytest.fixture(params=SCREENS, ids="-".join)
 def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[tuple[Any, str]]:
     width, scheme = request.param
-    context = browser.new_context(
-        viewport=VIEWPORTS[width], color_scheme=scheme, locale="en-GB", timezone_id="UTC"
-    )
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None,
-    )
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    yield page, f"{width}-{scheme}"
-    context.close()
-    assert not problems, problems
-
-
-def log_in(page: Any, base: str, username: str) -> None:
-    page.goto(f"{base}/login")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/")
-
-
-def serious_violations(page: Any) -> list[str]:
-    """Run axe-core on the page as it is now (WCAG 2.1 A/AA rules and best practices)."""
-    page.evaluate(AXE)
-    result = page.evaluate(
-        "() => axe.run(document, {runOnly: {type: 'tag', values: "
-        "['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice']}})"
-    )
-    found = []
-    for violation in result["violations"]:
-        targets = [" ".join(node["target"]) for node in violation["nodes"]][:5]
-        line = f"{violation['impact']}: {violation['id']} — {violation['help']} at {targets}"
-        if violation["impact"] in BLOCKING:
-            found.append(line)
-        else:
-            print(line)
-    return found
-
-
-def sideways_overflow(page: Any) -> list[str]:
-    """The page's width beyond the viewport, and the widest elements that cause it."""
-    return list(
-        page.evaluate(
-            """() => {
-              const limit = document.documentElement.clientWidth;
-              if (document.documentElement.scrollWidth <= limit) return [];
-              const wide = [];
-              for (const el of document.body.querySelectorAll('*')) {
-                const box = el.getBoundingClientRect();
-                if (box.right > limit + 1 && getComputedStyle(el).position !== 'fixed') {
-                  wide.push(`${el.tagName.toLowerCase()}.${el.className} right=${box.right}`);
-                }
-              }
-              return [`scrollWidth ${document.documentElement.scrollWidth} > ${limit}`,
-                      ...wide.slice(0, 8)];
-            }"""
-        )
-    )
+    with open_screen(browser, width, scheme) as page:
+        yield page, f"{width}-{scheme}"
 
 
 def nav_pages(page: Any) -> dict[str, str]:
@@ -101,8 +38,7 @@ def nav_pages(page: Any) -> dict[str, str]:
 
 
 def check(page: Any, name: str, mode: str, folder: Path) -> list[str]:
-    problems = [f"{name}: {line}" for line in sideways_overflow(page)]
-    problems += [f"{name}: {line}" for line in serious_violations(page)]
+    problems = screen_problems(page, name)
     page.screenshot(path=str(folder / f"{name}-{mode}.png"), full_page=True)
     return problems
 
@@ -122,6 +58,7 @@ def test_every_page_fits_a_phone_and_passes_axe(
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
     pages["job-report"] = f"{base}/jobs/{seeded.report_dead}"
     pages["jobs-dead"] = f"{base}/jobs?status=dead"
+    pages["settings"] = f"{base}/settings"
     for name, url in pages.items():
         page.goto(url)
         problems += check(page, name, mode, folder)

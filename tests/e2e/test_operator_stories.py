@@ -84,6 +84,35 @@ def test_support_finds_the_dead_crm_webhooks_by_searching_the_error(
     assert page.get_by_label("Error contains").input_value() == "crm.example.com"
 
 
+def test_support_finds_a_customers_webhook_by_its_payload(
+    page: Any, live_server: Server, backend: str
+) -> None:
+    base, seeded = live_server
+    log_in(page, base, "vic")
+    page.goto(f"{base}/jobs")
+    page.get_by_label("Job type").select_option("webhook.deliver")
+    page.wait_for_url(re.compile(r".*type=webhook\.deliver.*"))
+    page.get_by_label("Payload has").fill("data.user_id=203 endpoint=crm")
+    page.get_by_role("button", name="Apply").click()
+    page.wait_for_url(re.compile(r".*payload=.*"))
+    rows = page.locator("#job-results tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 1
+    assert rows.first.get_attribute("id") == f"job-{seeded.crm_dead[2]}"
+    # The address bar holds only what filters: no blank fields, no defaults.
+    assert "status=" not in page.url
+    assert "sort=" not in page.url
+    assert "1 job in all" in page.locator("#job-total").inner_text()
+    # The summary column masks the token for everyone and the email for a viewer.
+    summary = rows.first.locator(".payload-cell").inner_text()
+    assert "endpoint=crm" in summary
+    assert "crm_live" not in summary
+    # A viewer cannot learn a masked value by searching for it.
+    page.get_by_label("Payload has").fill("api_token=crm_live_8f2d1c")
+    page.get_by_role("button", name="Apply").click()
+    page.get_by_text("cannot search 'api_token'").wait_for()
+
+
 def test_support_retries_one_and_sees_the_new_job_and_the_audit_entry(
     page: Any, live_server: Server, screenshot_dir: Path, backend: str, engine: sa.Engine
 ) -> None:

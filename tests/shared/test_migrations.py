@@ -27,12 +27,13 @@ from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
 from tests.conftest import PG_ADMIN_URL
 
-#: Declared with `ddl_if(dialect="postgresql")`: trigram indexes and the probe indexes of
-#: the kept job counts exist only there.
+#: Declared with `ddl_if(dialect="postgresql")`: trigram indexes, the payload search's GIN
+#: index and the probe indexes of the kept job counts exist only there.
 POSTGRESQL_ONLY_INDEXES = {
     "ix_jobdesk_jobs_last_error_trgm",
     "ix_jobdesk_job_attempts_error_trgm",
     "ix_jobdesk_jobs_dead_unresolved_newest",
+    "ix_jobdesk_jobs_payload",
     "ix_jobdesk_jobs_queued_since",
     "ix_jobdesk_jobs_waiting_endpoint",
 }

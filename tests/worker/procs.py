@@ -158,3 +158,12 @@ def effect_rows(engine: sa.Engine, prefix: str = "") -> list[sa.Row[Any]]:
 def all_done(engine: sa.Engine, total: int, final: tuple[str, ...] = ("succeeded",)) -> bool:
     counts = statuses(engine)
     return sum(counts.get(s, 0) for s in final) == total
+
+
+def all_succeeded(engine: sa.Engine, ids: list[int]) -> bool:
+    """Whether every one of the jobs `ids` has succeeded."""
+    with engine.connect() as conn:
+        done = conn.execute(
+            sa.select(sa.func.count()).where(jobs.c.id.in_(ids), jobs.c.status == "succeeded")
+        ).scalar_one()
+    return done == len(ids)

@@ -13,6 +13,14 @@ the same id; `webhook-timestamp` and the signature are new per attempt.
 
 Classification (E1/E3):
 
+The effect key (the webhook-id's source) is reserved in the effects ledger before the
+POST — in the same statement that reads the endpoint — so a second job of the same
+event running at the same moment waits for this one and then skips ("already
+delivered by job #N"); a reservation whose attempt lost its job is taken over, and the
+one repeat that can cause carries the same `webhook-id`. The reservation is given
+back whenever the event was certainly not delivered (no connection, an error answer,
+a hold), and kept when it may have been (timeout, connection lost after sending).
+
 | answer | outcome |
 |---|---|
 | 2xx | delivered (effect recorded; later runs skip) |
@@ -42,16 +50,21 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_postgresql, sets_deadlines_per_transaction
-from jobdesk.shared.core.effects import find_effect
+from jobdesk.shared.core.effects import release_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
 from jobdesk.shared.limits.breakers import BreakerView
-from jobdesk.shared.webhooks.deliveries import delivery_origin, excerpt, record_delivery
+from jobdesk.shared.webhooks.deliveries import (
+    DeliveryOrigin,
+    delivery_origin,
+    excerpt,
+    record_delivery,
+)
 from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint
 from jobdesk.shared.webhooks.preflight import preflight
 from jobdesk.shared.webhooks.signing import signed_headers
 from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
-from jobdesk.worker.context import JobContext
+from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
 from jobdesk.worker.jobs.config import JobsConfig, jobs_config
 from jobdesk.worker.jobs.guards import DbTime, pass_guards, record_health
 from jobdesk.worker.jobs.hooks import resolve_data
@@ -145,10 +158,12 @@ class Delivery:
         failure: str | None = None,
         disable_reason: str | None = None,
         effect: dict[str, Any] | None = None,
+        release: bool = False,
     ) -> None:
-        """Delivery row, breaker health, a 410 disable and the effect record, in one
-        transaction — or one statement, when there is nothing but the row and the
-        effect — so a crash before its commit loses all of them together."""
+        """Delivery row, breaker health, a 410 disable and the effect record (or, with
+        `release`, the reservation given back), in one transaction — or one statement,
+        when there is nothing but the row and the effect — so a crash before its commit
+        loses all of them together."""
         now = self.clock()
         row: dict[str, Any] = {
             "job_id": self.ctx.job_id,
@@ -163,9 +178,10 @@ class Delivery:
             "response_excerpt": _response_excerpt(result),
             "error": error or (result.error if result else None),
             "effect": None if effect is None else (self.key, effect),
+            "lease_token": self.ctx.lease_token,
         }
         engine = self.ctx.engine
-        if failure is None and disable_reason is None and self.healthy:
+        if failure is None and disable_reason is None and self.healthy and not release:
             # The common case writes only the log row (and the effect): one statement.
             with _statements(engine) as conn:
                 record_delivery(conn, **row)
@@ -177,6 +193,8 @@ class Delivery:
             )
             if disable_reason is not None:
                 disable_endpoint(conn, self.endpoint.name, reason=disable_reason, now=now)
+            if release:
+                release_effect(conn, self.key, self.ctx.ref)
 
 
 @contextmanager
@@ -244,22 +262,59 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     key = effect_key(ctx, name, event, ctx.job_id)
     with _statements(ctx.engine) as conn:
         facts = preflight(
-            conn, job_id=ctx.job_id, endpoint=name, breaker_key=breaker_key(name), effect_key=key
+            conn,
+            job_id=ctx.job_id,
+            endpoint=name,
+            breaker_key=breaker_key(name),
+            effect_key=key,
+            lease_token=ctx.lease_token,
         )
-        origin, done = facts.origin, facts.effect
+        origin, reservation = facts.origin, facts.reservation
         if origin is None:  # requeued by an operator: the event is the chain's first job's
             origin = delivery_origin(conn, ctx.job_id)
             first_key = effect_key(ctx, name, event, origin.job_id)
             if first_key != key:
-                key, done = first_key, find_effect(conn, first_key)
+                key, reservation = first_key, None
     endpoint, clock = facts.endpoint, DbTime(facts.now)
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")
-    if done is not None:
-        return {**done, "skipped": "already delivered"}
+    if reservation is None:  # held, abandoned or not yet asked: the ledger decides
+        reservation = ctx.reserve(key)
+    if reservation.done is not None:
+        done = {**reservation.done, "skipped": "already delivered"}
+        if reservation.by_job is not None and reservation.by_job != ctx.job_id:
+            done["delivered_by_job"] = reservation.by_job
+        return done
+    if reservation.held:
+        raise Snooze(
+            EFFECT_WAIT_SECONDS,
+            f"webhook {webhook_id(key)} is being delivered by job #{reservation.by_job}",
+        )
     delivery = Delivery(ctx, cfg, endpoint, key, webhook_id(key), clock)
-    _hold_or_pass(delivery, facts.breaker)
+    try:
+        target, headers, encoded = _prepare(delivery, facts.breaker, payload, event, origin)
+    except BaseException:
+        ctx.release(key)  # nothing was sent: held, bad data or an unsafe URL
+        raise
+    result = post(
+        target,
+        headers,
+        encoded,
+        connect_timeout=cfg.webhook_connect_timeout_seconds,
+        timeout=cfg.webhook_timeout_seconds,
+    )
+    return _conclude(delivery, result)
 
+
+def _prepare(
+    delivery: Delivery,
+    breaker: BreakerView,
+    payload: dict[str, Any],
+    event: str,
+    origin: DeliveryOrigin,
+) -> tuple[VettedTarget, dict[str, str], bytes]:
+    """Everything before the POST: the holds, the body, the vetted target, the headers."""
+    _hold_or_pass(delivery, breaker)
     document = {"type": event, "timestamp": origin.created_at.isoformat(), "data": None}
     document["data"] = _data(payload, event)
     try:
@@ -270,28 +325,24 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     encoded = body.encode()
     # `webhook-timestamp` from the database clock: a host whose own clock is off would
     # otherwise sign with a time the receiver rejects (5-minute tolerance).
-    signed_at = clock()
+    signed_at = delivery.clock()
     headers = signed_headers(
-        endpoint.signing_secrets(signed_at),
+        delivery.endpoint.signing_secrets(signed_at),
         delivery.msg_id,
         encoded,
         timestamp=int(signed_at.timestamp()),
     )
-    result = post(
-        target,
-        headers.as_dict(),
-        encoded,
-        connect_timeout=cfg.webhook_connect_timeout_seconds,
-        timeout=cfg.webhook_timeout_seconds,
-    )
-    return _conclude(delivery, result)
+    return target, headers.as_dict(), encoded
 
 
 def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
     endpoint, cfg = delivery.endpoint, delivery.cfg
     where = f"endpoint {endpoint.name}"
     if result.kind != "response":
-        delivery.log(result.kind, result, failure=result.error or result.kind)
+        # No connection means nothing was sent; a timeout or a lost connection may have
+        # delivered it, so the reservation stays for the retry to take over.
+        not_sent = result.kind == "connect_error"
+        delivery.log(result.kind, result, failure=result.error or result.kind, release=not_sent)
         if result.kind == "unknown":
             raise WebhookDeliveryError(
                 f"{where}: outcome unknown (connection lost after sending): {result.error}"
@@ -309,17 +360,17 @@ def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
         delivery.log("delivered", result, effect=detail)
         return detail
     if status == 410:
-        delivery.log("gone", result, disable_reason=f"410 Gone from {endpoint.url}")
+        delivery.log("gone", result, disable_reason=f"410 Gone from {endpoint.url}", release=True)
         raise PermanentError(f"{line}: endpoint disabled (410 Gone)")
     if status in RETRYABLE_STATUS or status >= 500:
         # 408/425/429 say "not now", not "broken": only 5xx count against the breaker.
-        delivery.log("retry", result, failure=line if status >= 500 else None)
+        delivery.log("retry", result, failure=line if status >= 500 else None, release=True)
         wait = parse_retry_after(_header(result, "retry-after"), delivery.clock())
         if wait is not None and math.isfinite(wait):
             capped = min(wait, cfg.webhook_retry_after_cap_seconds)
             raise RetryAfter(capped, f"{line}; Retry-After {wait:g}s (using {capped:g}s)")
         raise WebhookDeliveryError(line)
-    delivery.log("rejected", result)
+    delivery.log("rejected", result, release=True)
     if 300 <= status < 400:
         location = _header(result, "location") or ""
         raise PermanentError(f"{line}: redirect to {location!r} not followed")

@@ -1,5 +1,6 @@
 """Account changes: a role change is audited; with `keep_an_admin` (the dashboard's rule)
-the last enabled admin is neither demoted nor disabled, even by two admins racing."""
+the last enabled admin is neither demoted nor disabled, even by two admins racing; an
+account keeps the time zone it reads the dashboard in."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
+from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.operator.accounts import (
     LastAdminError,
     add_operator,
     require_operator,
     set_disabled,
     set_role,
+    set_timezone,
 )
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -78,3 +81,23 @@ def test_two_admins_demoting_each_other_at_once_leave_one_admin(engine: sa.Engin
     with engine.connect() as conn:
         assert require_operator(conn, "bo").role == "admin"
         assert require_operator(conn, "ana").role == "operator"
+
+
+def test_an_account_keeps_the_zone_it_reads_times_in_until_cleared(engine: sa.Engine) -> None:
+    _admins(engine, "ana")
+    with engine.begin() as conn:
+        assert require_operator(conn, "ana").timezone is None
+        epoch = require_operator(conn, "ana").session_epoch
+        assert set_timezone(conn, "ana", " Asia/Tokyo ").timezone == "Asia/Tokyo"
+    with engine.connect() as conn:
+        account = require_operator(conn, "ana")
+        # A display preference: sessions continue, nothing is audited.
+        assert (account.timezone, account.session_epoch) == ("Asia/Tokyo", epoch)
+        assert conn.execute(sa.select(sa.func.count()).select_from(audit_log)).scalar_one() == 1
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError, match="not a time zone this server knows"):
+            set_timezone(conn, "ana", "Asia/Atlantis")
+        assert require_operator(conn, "ana").timezone == "Asia/Tokyo"
+        assert set_timezone(conn, "ana", None).timezone is None
+        with pytest.raises(NotFoundError):
+            set_timezone(conn, "nobody", "UTC")

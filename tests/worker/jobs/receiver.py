@@ -13,6 +13,7 @@ Webhooks signatures, applies each `webhook-id` once, and answers per path:
 | `/big` | 200 with a 10 MB body |
 | `/reset` | applies the event, then resets the connection (first time per id), later 200 |
 | `/slow` | sleeps 3 s, then 200 |
+| `/hook` | 200 after `delay_seconds` (0 unless a test sets it) |
 
 A request with a bad signature is answered 401 and not applied.
 """
@@ -54,6 +55,8 @@ class Receiver(LocalPostServer):
         self.lock = threading.Lock()
         self.on_apply: dict[str, Any] = {}
         """path → callable run once the event is applied, before answering (fault hook)."""
+        self.delay_seconds = 0.0
+        """How long `/hook` takes to answer (a delivery still in flight)."""
         super().__init__()
 
     def ids_seen(self, path: str | None = None) -> list[str]:
@@ -110,6 +113,8 @@ class Receiver(LocalPostServer):
             return
         if path == "/slow":
             time.sleep(3)
+        if path == "/hook" and self.delay_seconds:
+            time.sleep(self.delay_seconds)
         answers: dict[str, tuple[int, bytes, dict[str, str]]] = {
             "/ok": (200, b"ok", {}),
             "/hook": (200, b"ok", {}),

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.models import jobs
 from tests.worker.jobs.smtp_server import SmtpSink
-from tests.worker.procs import Workers, wait_for
+from tests.worker.procs import Workers, all_succeeded, wait_for
 
 ROUNDS = {"postgresql": 50, "sqlite": 10}
 
@@ -33,7 +33,7 @@ def test_two_workers_racing_on_one_email_send_it_once(
             twin = {"to": f"ana{n}@example.com", "template": "welcome", "event_id": f"signup:{n}"}
             with engine.begin() as conn:
                 pair = enqueue_many(conn, [NewJob("email.send", twin), NewJob("email.send", twin)])
-            wait_for(lambda: _finished(engine, pair), 30)  # noqa: B023 (waited for at once)
+            wait_for(lambda: all_succeeded(engine, pair), 30)  # noqa: B023 (waited for at once)
     finally:
         pool.cleanup()
     by_event = Counter(mail.recipients[0] for mail in smtp.received)
@@ -48,11 +48,3 @@ def test_two_workers_racing_on_one_email_send_it_once(
     assert len(skipped) == rounds
     assert all(result["skipped"] == "already sent" for result in skipped)
     assert sum(1 for result in skipped if result.get("sent_by_job")) == rounds
-
-
-def _finished(engine: sa.Engine, ids: list[int]) -> bool:
-    with engine.connect() as conn:
-        done = conn.execute(
-            sa.select(sa.func.count()).where(jobs.c.id.in_(ids), jobs.c.status == "succeeded")
-        ).scalar_one()
-    return done == len(ids)

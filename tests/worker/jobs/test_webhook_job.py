@@ -423,3 +423,55 @@ def test_f2_kill_between_delivery_and_completion_applies_once(
     drain(engine)
     assert len(receiver.seen) == 2
     assert row(engine, job_id).result["skipped"] == "already delivered"
+
+
+def effect_rows(engine: sa.Engine) -> list[tuple[str, int | None]]:
+    with engine.connect() as conn:
+        return [
+            (r.state, r.job_id) for r in conn.execute(sa.select(effects.c.state, effects.c.job_id))
+        ]
+
+
+@pytest.mark.parametrize(
+    ("path", "kept"),
+    [
+        ("/400", False),  # answered "no": certainly not delivered
+        ("/500", False),
+        ("/429", False),
+        ("/slow", True),  # timed out after sending: it may have been applied
+        ("/reset", True),  # the connection broke after sending
+    ],
+)
+def test_the_reservation_is_kept_only_when_the_event_may_have_been_delivered(
+    engine: sa.Engine, receiver: Receiver, path: str, kept: bool
+) -> None:
+    endpoint_at(engine, receiver, path)
+    job_id = add(engine)
+    drain(engine, max_jobs=1)
+    assert len(receiver.seen) == 1
+    assert effect_rows(engine) == ([("reserved", job_id)] if kept else [])
+
+
+def test_nothing_sent_gives_the_reservation_back(engine: sa.Engine, receiver: Receiver) -> None:
+    receiver.secrets.append(add_test_endpoint(engine, "crm", f"http://127.0.0.1:{free_port()}/x"))
+    add(engine)  # nobody listens there: connection refused
+    drain(engine, max_jobs=1)
+    endpoint_at(engine, receiver, "/ok", name="paused")
+    with engine.begin() as conn:
+        pause_endpoint(conn, "paused", actor="ops", reason="maintenance", now=db_now(conn))
+    add(engine, {**EVENT, "endpoint": "paused"})
+    drain(engine, max_jobs=1)
+    assert receiver.seen == []
+    assert effect_rows(engine) == []
+
+
+def test_a_retry_takes_over_its_own_kept_reservation(engine: sa.Engine, receiver: Receiver) -> None:
+    endpoint_at(engine, receiver, "/reset")  # applies, then loses the answer; later 200
+    job_id = add(engine)
+    drain(engine, max_jobs=1)
+    drain(engine, now=later(engine, hours=1))
+    assert row(engine, job_id).status == "succeeded"
+    first, second = receiver.seen
+    assert first.webhook_id == second.webhook_id  # the one repeat carries the same id
+    assert receiver.applied[first.webhook_id] == 1
+    assert effect_rows(engine) == [("done", job_id)]

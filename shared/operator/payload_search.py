@@ -1,0 +1,203 @@
+"""Payload search: `payload=user_id=42 endpoint=crm` finds the jobs whose payload has
+every one of those key/value pairs — the term syntax, who may search what, and the SQL.
+
+Syntax: terms separated by spaces, each `path=value`. A path is a key, or a key and a
+key inside it (`customer.id=7`); keys use a-z A-Z 0-9 _ -. Values match JSON scalars:
+
+- `endpoint=crm`: the string "crm";
+- `user_id=42`: the number 42 (and 42.0) *or* the string "42" — a customer's id is
+  often stored either way, and whoever searches means the id, not its JSON type;
+  likewise `active=true` / `parent=null` match the literal or its spelling as a string;
+- `user_id="42"`, `name="Ana Lopez"`: quoted (a JSON string), only that string.
+
+Arrays and objects are not values; an element of an array is not found by its key.
+
+Indexed on both databases: PostgreSQL answers each term with JSONB containment
+(`payload @> '{"user_id": 42}'`) from the GIN index `ix_jobdesk_jobs_payload`; SQLite
+probes the terms table that triggers keep (`core.payload_terms`).
+
+Masked values cannot be probed: whoever cannot see a value on the job's page must not
+learn it by searching for it and seeing a job come back. Secrets are masked for
+everyone, so a term whose key (at any level) is a secret key, or whose value the
+masking would change (a token, a card number), is refused for everyone; emails are
+masked for viewers, so viewers may not search for one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.masking import is_secret_key, mask_email, mask_text
+from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.payload_terms import MAX_VALUE_CHARS, payload_terms
+
+PARAMETER = "payload"
+MAX_TERMS = 5
+#: A key and at most one key inside it: what the SQLite terms table indexes.
+MAX_DEPTH = 2
+_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_TERM = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"]+)(?=\s|$)')
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_LITERALS: dict[str, bool | None] = {"true": True, "false": False, "null": None}
+_BIGINT = 2**63
+
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """`path` = `value`; `spelled`: an unquoted literal, which also matches its text."""
+
+    path: tuple[str, ...]
+    value: Scalar
+    spelled: str | None = None
+
+    @property
+    def candidates(self) -> tuple[Scalar, ...]:
+        """The JSON values this term accepts."""
+        return (self.value,) if self.spelled is None else (self.value, self.spelled)
+
+    def __str__(self) -> str:
+        key = ".".join(self.path)
+        if self.spelled is not None:
+            return f"{key}={self.spelled}"
+        assert isinstance(self.value, str)
+        if _needs_quotes(self.value):
+            return f"{key}={json.dumps(self.value, ensure_ascii=False)}"
+        return f"{key}={self.value}"
+
+
+def _needs_quotes(text: str) -> bool:
+    """Whether a string must be quoted to be read back as that same string."""
+    return (
+        not text
+        or text in _LITERALS
+        or bool(_NUMBER.fullmatch(text))
+        or any(char.isspace() or char == '"' for char in text)
+    )
+
+
+def _value(raw: str) -> tuple[Scalar, str | None]:
+    if raw.startswith('"'):
+        try:
+            text = json.loads(raw)
+        except ValueError:
+            raise ValidationError(PARAMETER, f"{raw[:40]} is not a valid quoted string") from None
+        return text, None
+    if raw in _LITERALS:
+        return _LITERALS[raw], raw
+    if _NUMBER.fullmatch(raw):
+        number: int | float
+        if any(char in raw for char in ".eE"):
+            number = float(raw)
+            if number in (float("inf"), float("-inf")):
+                raise ValidationError(PARAMETER, f"{raw[:40]} is too large a number")
+        else:
+            number = int(raw)
+            if not -_BIGINT <= number < _BIGINT:
+                raise ValidationError(PARAMETER, f"{raw[:40]} does not fit in 64 bits")
+        return number, raw
+    return raw, None
+
+
+def parse_terms(raw: str | None) -> tuple[Term, ...]:
+    """The terms of a `payload` parameter (empty for None); raises ValidationError."""
+    if raw is None:
+        return ()
+    terms: list[Term] = []
+    position = 0
+    for match in _TERM.finditer(raw):
+        if raw[position : match.start()].strip():
+            break
+        position = match.end()
+        path = tuple(match.group(1).split("."))
+        if len(path) > MAX_DEPTH or not all(_KEY.fullmatch(key) for key in path):
+            raise ValidationError(
+                PARAMETER,
+                f"{match.group(1)[:40]!r}: a key is a-z A-Z 0-9 _ - (up to 100), or two "
+                "joined by a dot (customer.id)",
+            )
+        value, spelled = _value(match.group(2))
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            raise ValidationError(PARAMETER, f"a value is limited to {MAX_VALUE_CHARS} characters")
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValidationError(PARAMETER, "a value must not contain control characters")
+        terms.append(Term(path, value, spelled))
+    if raw[position:].strip():
+        raise ValidationError(
+            PARAMETER,
+            f"{raw[position:].strip()[:40]!r} is not a key=value term "
+            '(e.g. user_id=42 or name="Ana Lopez")',
+        )
+    if len(terms) > MAX_TERMS:
+        raise ValidationError(PARAMETER, f"has {len(terms)} terms; the limit is {MAX_TERMS}")
+    return tuple(dict.fromkeys(terms))
+
+
+def format_terms(terms: tuple[Term, ...]) -> str:
+    """The inverse of `parse_terms`."""
+    return " ".join(str(term) for term in terms)
+
+
+def refuse_hidden(terms: tuple[Term, ...], *, mask_emails: bool) -> None:
+    """Refuse terms about values the searcher would see masked (see the module)."""
+    for term in terms:
+        key = ".".join(term.path)
+        if any(is_secret_key(part) for part in term.path):
+            raise ValidationError(
+                PARAMETER, f"cannot search {key!r}: its values are masked (a secret)"
+            )
+        for value in term.candidates:
+            if not isinstance(value, str):
+                continue
+            if mask_text(value) != value:
+                raise ValidationError(
+                    PARAMETER, f"cannot search {key!r} for a value that is masked (a secret)"
+                )
+            if mask_emails and mask_email(value) != value:
+                raise ValidationError(
+                    PARAMETER, f"cannot search {key!r} for an email address: viewers see it masked"
+                )
+
+
+# --- SQL ---------------------------------------------------------------------------------
+
+
+def _nested(path: tuple[str, ...], value: Scalar) -> object:
+    document: object = value
+    for key in reversed(path):
+        document = {key: document}
+    return document
+
+
+def _term_text(value: Scalar) -> sa.ColumnElement[str]:
+    """A value as `core.payload_terms` spells it."""
+    if isinstance(value, bool):
+        return sa.literal("true" if value else "false")
+    if value is None:
+        return sa.literal("null")
+    if isinstance(value, str):
+        return sa.literal("s" + value)
+    if isinstance(value, int) or (value.is_integer() and -_BIGINT <= value < _BIGINT):
+        return sa.literal(f"n{int(value)}")
+    # Other reals as SQLite itself prints them (its CAST, as in the trigger).
+    return sa.literal("n") + sa.cast(sa.literal(value, sa.Float()), sa.Text)
+
+
+def payload_matches(conn: sa.Connection, term: Term) -> sa.ColumnElement[bool]:
+    """Jobs whose payload holds `term` (one of its candidate values at its path)."""
+    if is_postgresql(conn):
+        payload = sa.type_coerce(jobs.c.payload, JSONB)
+        return sa.or_(*(payload.contains(_nested(term.path, value)) for value in term.candidates))
+    t = payload_terms.c
+    found = sa.select(t.job_id).where(
+        t.path == ".".join(term.path), t.value.in_([_term_text(v) for v in term.candidates])
+    )
+    return jobs.c.id.in_(found)

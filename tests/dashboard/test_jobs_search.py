@@ -1,0 +1,202 @@
+"""Finding a customer's job on the jobs list: payload and idempotency-key search, queue
+and type menus, the payload summary column (masked for the reader), clean filter URLs,
+previous pages and the total."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk.shared.core.job_types import TypeDefaults
+from jobdesk.shared.core.published_types import publish_defaults
+from jobdesk.shared.core.queues import pause_queue
+from jobdesk.shared.operator import totals
+from tests.dashboard.conftest import NOW, Browser
+from tests.factories import make_job
+
+_ROW = re.compile(r'<tr id="job-(\d+)"')
+
+
+def rows(html: str) -> list[int]:
+    return [int(found) for found in _ROW.findall(html)]
+
+
+def test_payload_search_finds_the_customers_jobs(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        mine = make_job(conn, payload={"user_id": 42, "endpoint": "crm"})
+        text_id = make_job(conn, payload={"user_id": "42"})
+        make_job(conn, payload={"user_id": 43, "endpoint": "crm"})
+        nested = make_job(conn, payload={"customer": {"id": 7}})
+    page = viewer.get("/jobs?payload=user_id%3D42")
+    assert page.status_code == 200
+    assert rows(page.get_data(as_text=True)) == [text_id, mine]
+    html = viewer.get("/jobs?payload=user_id%3D42+endpoint%3Dcrm").get_data(as_text=True)
+    assert rows(html) == [mine]
+    # The field shows the search back as typed.
+    assert 'value="user_id=42 endpoint=crm"' in html
+    assert rows(viewer.get('/jobs?payload=user_id%3D"42"').get_data(as_text=True)) == [text_id]
+    assert rows(viewer.get("/jobs?payload=customer.id%3D7").get_data(as_text=True)) == [nested]
+
+
+def test_bad_payload_searches_are_refused_by_name(viewer: Browser) -> None:
+    page = viewer.get("/jobs?payload=user_id")
+    assert page.status_code == 400
+    assert "Bad filter: payload" in page.get_data(as_text=True)
+
+
+def test_masked_values_cannot_be_probed(
+    viewer: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        job_id = make_job(conn, payload={"email": "ana.lopez@example.com", "password": "hunter2"})
+    for who in (viewer, operator):
+        page = who.get("/jobs?payload=password%3Dhunter2")
+        assert page.status_code == 400
+        assert "masked" in page.get_data(as_text=True)
+    # Emails: masked for viewers (so not searchable by them), shown to operators.
+    search = "/jobs?payload=email%3Dana.lopez%40example.com"
+    page = viewer.get(search)
+    assert page.status_code == 400
+    assert "email address" in page.get_data(as_text=True)
+    assert rows(operator.get(search).get_data(as_text=True)) == [job_id]
+    # The polling endpoint parses the same filters for the same role.
+    assert viewer.get(search.replace("/jobs?", "/jobs/news?")).status_code == 400
+
+
+def test_idempotency_key_search_is_exact(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        exact = make_job(conn, idempotency_key="order-1001")
+        make_job(conn, idempotency_key="order-10010")
+    html = viewer.get("/jobs?key=order-1001").get_data(as_text=True)
+    assert rows(html) == [exact]
+    assert 'name="key" value="order-1001"' in html
+
+
+def test_queue_and_type_menus_offer_what_exists(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        make_job(conn, queue="email", job_type="email.send")
+        make_job(conn, queue="reports", job_type="report.build")
+        pause_queue(conn, "imports", actor="sam", reason="import freeze", now=NOW)
+        publish_defaults(conn, {"sms.send": TypeDefaults(queue="sms")}, worker_id="w1", now=NOW)
+    html = viewer.get("/jobs?queue=gone").get_data(as_text=True)
+    queue_menu = html.split('id="f-queue"', 1)[1].split("</select>", 1)[0]
+    type_menu = html.split('id="f-type"', 1)[1].split("</select>", 1)[0]
+    assert re.findall(r'<option value="([^"]*)"', queue_menu) == [
+        "",
+        "email",
+        "gone",
+        "imports",
+        "reports",
+    ]
+    # The queue the URL names is kept (and chosen) though no job is in it any more.
+    assert '<option value="gone" selected>' in queue_menu
+    assert re.findall(r'<option value="([^"]*)"', type_menu) == [
+        "",
+        "email.send",
+        "report.build",
+        "sms.send",
+    ]
+
+
+def test_the_summary_column_shows_a_few_masked_pairs(
+    viewer: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        make_job(
+            conn,
+            payload={"to": "ana.lopez@example.com", "token": "abc", "n": 1, "deep": {"x": 1}},
+        )
+        make_job(conn, payload={"note": "x" * 300, "ok": True})
+        make_job(conn, payload={"a": 1, "b": 2, "c": 3, "d": 4, "e": 5})
+
+    def cells(html: str) -> list[str]:
+        return [
+            re.sub(r"<[^>]+>", "", cell)
+            for cell in re.findall(r'<td class="payload-cell">(.*?)</td>', html)
+        ]
+
+    def pairs(html: str) -> list[int]:
+        return [
+            cell.count('class="pair"')
+            for cell in re.findall(r'<td class="payload-cell">(.*?)</td>', html)
+        ]
+
+    html = viewer.get("/jobs").get_data(as_text=True)
+    seen = cells(html)
+    # Newest first: at most three pairs a row; objects are left out.
+    assert pairs(html) == [3, 2, 3]
+    # Too long to show whole: no text at all (a cut secret might not look like one).
+    assert "note=…" in seen[1]
+    assert "ok=true" in seen[1]
+    for pair in ("to=a***@example.com", "token=***", "n=1"):
+        assert pair in seen[2]
+    assert "deep" not in seen[2]
+    assert "to=ana.lopez@example.com" in cells(operator.get("/jobs").get_data(as_text=True))[2]
+
+
+def test_blank_fields_are_dropped_from_the_url(viewer: Browser, engine: sa.Engine) -> None:
+    form = (
+        "/jobs?status=&queue=email&type=&error=&key=&payload=&sort=newest&page_size=50&time=created"
+    )
+    page = viewer.get(form)
+    assert page.status_code == 302
+    assert page.headers["Location"] == "/jobs?queue=email"
+    assert viewer.get("/jobs?status=&sort=newest").headers["Location"] == "/jobs"
+    # Through htmx the fragment comes back at once and the address bar gets the clean URL.
+    fragment = viewer.get(form, headers={"HX-Request": "true", "HX-Target": "job-results"})
+    assert fragment.status_code == 200
+    assert fragment.headers["HX-Push-Url"] == "/jobs?queue=email"
+    assert "HX-Push-Url" not in viewer.get("/jobs?queue=email").headers
+
+
+def _link(html: str, rel: str) -> str:
+    found = re.search(rf'rel="{rel}" href="([^"]+)"', html)
+    assert found, rel
+    return found.group(1).replace("&amp;", "&")
+
+
+def test_previous_pages_walk_back_to_the_first(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        ids = [make_job(conn, queue="bulk") for _ in range(60)]
+    newest = list(reversed(ids))
+    first = viewer.get("/jobs?queue=bulk&page_size=25").get_data(as_text=True)
+    assert rows(first) == newest[:25]
+    assert 'rel="prev"' not in first
+    assert "60 jobs in all" in first
+    second = viewer.get(_link(first, "next")).get_data(as_text=True)
+    third = viewer.get(_link(second, "next")).get_data(as_text=True)
+    assert rows(third) == newest[50:]
+    assert 'rel="next"' not in third
+    back = viewer.get(_link(third, "prev")).get_data(as_text=True)
+    assert rows(back) == newest[25:50]
+    assert parse_qs(urlsplit(_link(third, "prev")).query)["queue"] == ["bulk"]
+    again = viewer.get(_link(back, "prev")).get_data(as_text=True)
+    assert rows(again) == newest[:25]
+    assert 'rel="prev"' not in again
+    assert rows(viewer.get(_link(again, "next")).get_data(as_text=True)) == newest[25:50]
+    # Other sort orders page back the same way.
+    oldest = viewer.get("/jobs?queue=bulk&page_size=25&sort=updated").get_data(as_text=True)
+    later = viewer.get(_link(oldest, "next")).get_data(as_text=True)
+    assert rows(viewer.get(_link(later, "prev")).get_data(as_text=True)) == rows(oldest)
+
+
+def test_totals_are_exact_under_the_cap_and_say_when_they_are_not(
+    viewer: Browser, engine: sa.Engine, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with engine.begin() as conn:
+        for number in range(30):
+            make_job(conn, payload={"batch": 1, "n": number})
+        make_job(conn, payload={"batch": 2})
+    html = viewer.get("/jobs?payload=batch%3D1").get_data(as_text=True)
+    assert "30 jobs in all" in html
+    assert "1 job in all" in viewer.get("/jobs?payload=batch%3D2").get_data(as_text=True)
+    # Past the cap: an estimate on PostgreSQL ("about"), a floor on SQLite.
+    monkeypatch.setattr(totals, "COUNT_CAP", 10)
+    html = viewer.get("/jobs?payload=batch%3D1").get_data(as_text=True)
+    if backend == "postgresql":
+        assert re.search(r"about [\d,.k]+ jobs in all", html), html
+    else:
+        assert "more than 10 jobs in all" in html
