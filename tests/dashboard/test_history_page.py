@@ -130,3 +130,17 @@ def test_bad_parameters_are_refused_naming_them(viewer: Browser) -> None:
         response = viewer.get(f"/history?{query}")
         assert response.status_code == 400, query
         assert name in response.get_data(as_text=True)
+
+
+def test_times_are_on_the_viewers_clock(viewer: Browser, engine: sa.Engine) -> None:
+    seeded(engine)
+    viewer.client.set_cookie("jobdesk_tz", "Asia/Kolkata")
+    page = viewer.get("/history?range=1h").get_data(as_text=True)
+    assert "Time (IST), one bar per minute" in page
+    charts = page.split('id="history-charts"')[1]
+    labels = re.findall(r'<text class="axis"[^>]*>([^<]*)</text>', charts)
+    assert labels
+    # One-minute buckets start on UTC minutes, which are whole minutes in India too.
+    assert all(re.fullmatch(r"\d\d:\d\d", label) for label in labels)
+    assert re.search(r"<title>\d\d:\d\d IST: 0 succeeded</title>", charts)
+    assert "times in IST" in charts
