@@ -136,7 +136,7 @@ def test_the_demo_story_on_every_screen(story: Story, live_server: Server) -> No
     # 4. Search the error, as docs/demo.md tells support to.
     go(page, "Jobs", "/jobs")
     page.get_by_label("Status").select_option("dead")
-    page.get_by_label("Job type").fill("webhook.deliver")
+    page.get_by_label("Job type").select_option("webhook.deliver")
     page.get_by_label("Error contains").fill("endpoint crm")
     page.get_by_role("button", name="Apply").click()
     page.wait_for_url(re.compile(r".*error=endpoint(\+|%20)crm.*"))
