@@ -156,7 +156,9 @@ def worker(
         )
     # D4: the runtime (claims, completer, heartbeat, maintenance) has its own pool, so
     # handlers holding every connection can never starve lease renewal or completion.
-    engine = engine_from(ctx, pool_size=RESERVED_CONNECTIONS, application_name="jobdesk-worker")
+    engine = engine_from(
+        ctx, pool_size=RESERVED_CONNECTIONS, application_name="jobdesk-worker", index_plans=True
+    )
     handler_pool = min(config.total_slots, settings.db_pool_size)
     handler_engine = engine_from(ctx, pool_size=handler_pool, application_name="jobdesk-jobs")
     if config.total_slots > settings.db_pool_size:

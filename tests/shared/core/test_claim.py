@@ -262,3 +262,45 @@ def test_claim_plan_cost_stays_small_with_every_job_in_one_queue(engine: sa.Engi
         (plan,) = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).one()
     cost = plan[0]["Plan"]["Total Cost"]
     assert cost < 2000, f"claim of 10 estimated at {cost:,.0f}"
+
+
+@pytest.mark.postgresql_only
+def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empty(
+    db_url: str,
+) -> None:
+    # A table the pruner emptied and vacuum recorded as empty: the planner's cheapest
+    # claim is then a scan of the whole table, and a prepared statement keeps that plan
+    # while the next burst fills it (measured: ~1,050 claimed jobs/s instead of ~20k until
+    # autovacuum's next ANALYZE). The worker's own engine turns sequential scans off.
+    from jobdesk.shared.core import claim as queue
+    from jobdesk.shared.core.db import make_engine
+    from jobdesk.shared.settings import Settings
+
+    plain = make_engine(db_url, settings=Settings())
+    worker = make_engine(db_url, settings=Settings(), index_plans=True)
+    try:
+        with plain.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
+        statement = queue._claim_statement(True, None, None)
+        params = {
+            "worker": "w1",
+            "now": None,
+            "lease": 1,
+            "expires": None,
+            "lease_seconds": 30.0,
+            "limit": 100,
+        }
+        plans = {}
+        for name, engine in (("plain", plain), ("worker", worker)):
+            with engine.connect() as conn:
+                rows = conn.exec_driver_sql("EXPLAIN " + statement, params).scalars().all()
+                plans[name] = "\n".join(rows)
+                plans[name + " setting"] = conn.exec_driver_sql("SHOW enable_seqscan").scalar()
+    finally:
+        plain.dispose()
+        worker.dispose()
+    assert "Seq Scan on jobdesk_jobs c" in plans["plain"], plans["plain"]
+    assert "Seq Scan on jobdesk_jobs" not in plans["worker"], plans["worker"]
+    assert "ix_jobdesk_jobs_claimable_any_queue" in plans["worker"]
+    assert (plans["plain setting"], plans["worker setting"]) == ("on", "off")
