@@ -11,16 +11,13 @@ from sqlalchemy.orm import Mapped, mapped_column
 from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, table_of
 
 
-class HistoryMinute(Base):
-    """What finished in one minute (UTC, by `finished_at`) for one queue and job type.
+class _Figures:
+    """The counters every bucket carries, minute or hour.
 
     Wait figures cover the attempts whose wait is still known (see
     `jobdesk.shared.history.rollup`): `waited` of them, `wait_seconds_sum` and
     `wait_seconds_max` over those, so a reader can draw the mean and the worst."""
 
-    __tablename__ = "jobdesk_history_minutes"
-
-    minute: Mapped[datetime] = mapped_column(primary_key=True)
     queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
     job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
     #: Attempts that succeeded.
@@ -34,7 +31,15 @@ class HistoryMinute(Base):
     wait_seconds_max: Mapped[float | None] = mapped_column(sa.Float)
 
 
-class HistoryHour(Base):
+class HistoryMinute(_Figures, Base):
+    """What finished in one minute (UTC, by `finished_at`) for one queue and job type."""
+
+    __tablename__ = "jobdesk_history_minutes"
+
+    minute: Mapped[datetime] = mapped_column(primary_key=True)
+
+
+class HistoryHour(_Figures, Base):
     """The same figures per hour (the sum of the hour's minutes), so the 7-day charts read
     168 rows per queue and type instead of 10,080. Written with the minutes, pruned with
     them."""
@@ -42,14 +47,6 @@ class HistoryHour(Base):
     __tablename__ = "jobdesk_history_hours"
 
     hour: Mapped[datetime] = mapped_column(primary_key=True)
-    queue: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
-    job_type: Mapped[str] = mapped_column(sa.String(NAME_LENGTH), primary_key=True)
-    processed: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
-    failed: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
-    dead: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
-    waited: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
-    wait_seconds_sum: Mapped[float] = mapped_column(sa.Float, server_default=sa.text("0"))
-    wait_seconds_max: Mapped[float | None] = mapped_column(sa.Float)
 
 
 class HistoryWatermark(Base):

@@ -234,6 +234,10 @@ def test_claim_sql_repeats_the_partial_index_predicates_for_the_right_states() -
     assert "group_key IS NOT NULL" in queue._ACTIVE_GROUP_SQL
 
 
+#: The PostgreSQL claim's parameters for an EXPLAIN (the database's clock, lease 30 s).
+CLAIM_PARAMS = {"worker": "w1", "now": None, "lease": 1, "expires": None, "lease_seconds": 30.0}
+
+
 @pytest.mark.postgresql_only
 def test_claim_plan_cost_stays_small_with_every_job_in_one_queue(engine: sa.Engine) -> None:
     # All jobs in one queue and an empty, never-analyzed pause table: the claim's estimate
@@ -249,15 +253,7 @@ def test_claim_plan_cost_stays_small_with_every_job_in_one_queue(engine: sa.Engi
         conn.execution_options(isolation_level="AUTOCOMMIT")
         conn.execute(sa.text("ANALYZE jobdesk_jobs"))
     statement = queue._claim_statement(True, None, 0)
-    params = {
-        "worker": "w1",
-        "now": None,
-        "lease": 1,
-        "expires": None,
-        "lease_seconds": 30.0,
-        "limit": 10,
-        "job_types": ["t.noop"],
-    }
+    params = {**CLAIM_PARAMS, "limit": 10, "job_types": ["t.noop"]}
     with engine.connect() as conn:
         (plan,) = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).one()
     cost = plan[0]["Plan"]["Total Cost"]
@@ -283,14 +279,7 @@ def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empt
             conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
         statement = queue._claim_statement(True, None, None)
-        params = {
-            "worker": "w1",
-            "now": None,
-            "lease": 1,
-            "expires": None,
-            "lease_seconds": 30.0,
-            "limit": 100,
-        }
+        params = {**CLAIM_PARAMS, "limit": 100}
         plans = {}
         for name, engine in (("plain", plain), ("worker", worker)):
             with engine.connect() as conn:
