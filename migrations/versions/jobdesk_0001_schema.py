@@ -315,10 +315,16 @@ def upgrade() -> None:
             sqlite_where=sa.text("status = 'running'"),
         )
         batch_op.create_index(
-            "ix_jobdesk_jobs_status_finished_at", ["status", "finished_at"], unique=False
+            "ix_jobdesk_jobs_status_finished_at",
+            ["status", "finished_at"],
+            unique=False,
+            postgresql_where=sa.text("status <> 'running'"),
         )
         batch_op.create_index(
-            "ix_jobdesk_jobs_status_queue_job_type", ["status", "queue", "job_type"], unique=False
+            "ix_jobdesk_jobs_status_queue_job_type",
+            ["status", "queue", "job_type"],
+            unique=False,
+            postgresql_where=sa.text("status <> 'running'"),
         )
         batch_op.create_index(
             "uq_jobdesk_jobs_idempotency_key",
@@ -943,8 +949,14 @@ def downgrade() -> None:
             postgresql_where=sa.text("retried_from_id IS NULL"),
             sqlite_where=sa.text("retried_from_id IS NULL"),
         )
-        batch_op.drop_index("ix_jobdesk_jobs_status_queue_job_type")
-        batch_op.drop_index("ix_jobdesk_jobs_status_finished_at")
+        batch_op.drop_index(
+            "ix_jobdesk_jobs_status_queue_job_type",
+            postgresql_where=sa.text("status <> 'running'"),
+        )
+        batch_op.drop_index(
+            "ix_jobdesk_jobs_status_finished_at",
+            postgresql_where=sa.text("status <> 'running'"),
+        )
         batch_op.drop_index(
             "ix_jobdesk_jobs_running_lease",
             postgresql_where=sa.text("status = 'running'"),

@@ -6,6 +6,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
@@ -243,3 +244,38 @@ def test_cancel_stops_queued_and_retrying_jobs_with_an_audit_row(engine: sa.Engi
     with engine.begin() as conn:
         assert cancel(conn, [], actor="ana", reason="x", now=NOW) == []
         assert cancel(conn, [queued], actor="ana", reason="again", now=NOW) == []
+
+
+@pytest.mark.postgresql_only
+def test_a_completion_finds_its_jobs_by_key_however_many_others_run(db_url: str) -> None:
+    # 2,000 jobs held by other workers, statistics that know it: a batch of 10 is still
+    # ten primary-key lookups, never a read of every running row (which, once per
+    # batch, grows with the fleet).
+    from jobdesk import NewJob, enqueue_many
+    from jobdesk.shared.core import transitions
+    from jobdesk.shared.core.db import make_engine
+    from jobdesk.shared.settings import Settings
+
+    engine = make_engine(db_url, settings=Settings(), index_plans=True)
+    try:
+        with engine.begin() as conn:
+            enqueue_many(conn, [NewJob("t.noop", {"i": i}) for i in range(2010)])
+            claim(conn, worker_id="others", limit=2000)
+            mine = claim(conn, worker_id="w1", limit=10)
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text("ANALYZE jobdesk_jobs"))
+        rows = ",".join(f'[{j.id},{j.lease_token},"w1",null]' for j in mine)
+        params = {"rows": f"[{rows}]", "now": datetime.now(UTC)}
+        with engine.begin() as conn:
+            plan = "\n".join(
+                conn.exec_driver_sql(
+                    "EXPLAIN (ANALYZE) " + transitions._POSTGRESQL_COMPLETE, params
+                ).scalars()
+            )
+            conn.rollback()
+    finally:
+        engine.dispose()
+    assert "Index Scan using pk_jobdesk_jobs on jobdesk_jobs" in plan, plan
+    assert "Index Cond: (id = ANY" in plan, plan
+    assert "ix_jobdesk_jobs_running_lease" not in plan, plan
