@@ -5,11 +5,11 @@ PgQueuer is installed into `bench/.venv-pgqueuer` (git-ignored) the first time i
 needed — pinned to `PIN`, with asyncpg — and never into Jobdesk's environment or
 dependencies. Its schema comes from its own `pgq install`, in a database of its own
 (`jobdesk_bench_pgqueuer` on the bench server). Each drain: `pgqueuer_consumer.py fill`
-enqueues the backlog (untimed), `VACUUM ANALYZE` as for Jobdesk, then the consumer (PgQueuer's
-`pgq run` loop in drain mode) runs until the queue is empty and exits. Rate = N / (last
-`successful` log row - first handler call); PgQueuer deletes finished jobs, so the
-remaining rows of its queue table tell the progress (and the CPU per job is sampled
-exactly as for the Jobdesk worker).
+enqueues the backlog (untimed), `VACUUM ANALYZE` and `CHECKPOINT` as for Jobdesk, then
+the consumer (PgQueuer's `pgq run` loop in drain mode) runs until the queue is empty and
+exits. Rate = N / (last `successful` log row - first handler call); PgQueuer deletes
+finished jobs, so the remaining rows of its queue table tell the progress (and the CPU
+per job is sampled exactly as for the Jobdesk worker).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def drain(dsn: str, n: int) -> tuple[float, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE pgqueuer")
         conn.execute("VACUUM ANALYZE pgqueuer_log")
+        conn.execute("CHECKPOINT")  # as before every drain in `throughput.py`
     with tempfile.TemporaryDirectory() as tmp:
         stamp = Path(tmp) / "first-call"
         env["PGQUEUER_BENCH_STAMP"] = str(stamp)

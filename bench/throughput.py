@@ -7,13 +7,14 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
                                          [--via-pgbouncer] [--database NAME]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
 
-Jobs are enqueued first (not timed); the consumer is then started and the rate is
-N / (last finished - first started) as recorded by the database, so process start-up is
-not counted. On PostgreSQL every round drains an identical fresh backlog once with each
-of the three, in a rotating order so that load from elsewhere on the machine hits them
-alike; the medians follow, and the ratios Jobdesk/PgQueuer and Jobdesk/raw as the median
-of each round's ratio (drains run back to back share the machine's load) and as the
-ratio of the medians. Compare ratios from one run, never absolute figures across runs.
+Jobs are enqueued first (not timed); the consumer is then started and the rate is N /
+(last finished - first started) as recorded by the database, so process start-up is not
+counted. On PostgreSQL every round drains an identical fresh backlog once with each of
+the three (each drain starting after a `CHECKPOINT`), in a rotating order so that load
+from elsewhere on the machine hits them alike; the medians follow, and the ratios
+Jobdesk/PgQueuer and Jobdesk/raw as the median of each round's ratio (drains run back to
+back share the machine's load) and as the ratio of the medians. Compare ratios from one
+run, never absolute figures across runs.
 
 - Jobdesk: `jobdesk worker --jobs bench_jobs --log-level warning` — default options
   (10 slots), with no `JOBDESK_*` setting but the database URL passed on; `--worker-args`
@@ -124,6 +125,11 @@ def reset_and_fill(engine: sa.Engine, n: int) -> None:
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
+            # Every PostgreSQL drain (Jobdesk, PgQueuer, raw) starts right after a
+            # checkpoint: the first change to a page after one writes the whole page to
+            # the WAL, so a drain that a checkpoint started in the middle of ran up to a
+            # third slower than its neighbours, and that spread hid real differences.
+            conn.execute(sa.text("CHECKPOINT"))
 
 
 def measured_rate(engine: sa.Engine, n: int) -> float:

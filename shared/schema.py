@@ -7,6 +7,7 @@ gives Alembic and the schema tests the complete picture.
 from __future__ import annotations
 
 from jobdesk.shared.alerts import models as _alerts
+from jobdesk.shared.core import attempt_cleanup as _attempt_cleanup
 from jobdesk.shared.core import audit as _audit
 from jobdesk.shared.core import job_counts as _job_counts
 from jobdesk.shared.core import payload_terms as _payload_terms
@@ -21,9 +22,11 @@ from jobdesk.shared.webhooks import models as _webhooks
 
 __all__ = ["metadata"]
 
-# Imported for their side effect: each module registers its tables on `metadata`.
+# Imported for their side effect: each module registers its tables (or, like
+# `attempt_cleanup`, its triggers) on `metadata`.
 _TABLE_MODULES = (
     _alerts,
+    _attempt_cleanup,
     _audit,
     _history,
     _job_counts,

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import jobdesk.shared.core.sqltypes
-from jobdesk.shared.core import job_counts, payload_terms
+from jobdesk.shared.core import attempt_cleanup, job_counts, payload_terms
 
 revision: str = "jobdesk_0001"
 down_revision: str | None = None
@@ -567,12 +567,6 @@ def upgrade() -> None:
             "'cancelled')",
             name=op.f("ck_jobdesk_job_attempts_outcome"),
         ),
-        sa.ForeignKeyConstraint(
-            ["job_id"],
-            ["jobdesk_jobs.id"],
-            name=op.f("fk_jobdesk_job_attempts_job_id_jobdesk_jobs"),
-            ondelete="CASCADE",
-        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_attempts")),
     )
     with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
@@ -587,6 +581,9 @@ def upgrade() -> None:
             "ix_jobdesk_job_attempts_job_id_attempt", ["job_id", "attempt"], unique=False
         )
         batch_op.create_index("ix_jobdesk_job_attempts_finished_at", ["finished_at"], unique=False)
+    # Deleting a job deletes its attempts (see jobdesk.shared.core.attempt_cleanup).
+    for statement in attempt_cleanup.ddl(op.get_bind()):
+        op.execute(statement)
 
     op.create_table(
         "jobdesk_report_chunk_results",
@@ -920,6 +917,12 @@ def downgrade() -> None:
 
     op.drop_table("jobdesk_webhook_deliveries")
     op.drop_table("jobdesk_report_chunk_results")
+    for name in attempt_cleanup.NAMES:
+        if op.get_bind().dialect.name == "postgresql":
+            op.execute(f"DROP TRIGGER IF EXISTS {name} ON jobdesk_jobs")
+            op.execute(f"DROP FUNCTION IF EXISTS {name}()")
+        else:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
     with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
         batch_op.drop_index("ix_jobdesk_job_attempts_finished_at")
         batch_op.drop_index("ix_jobdesk_job_attempts_job_id_attempt")

@@ -294,7 +294,9 @@ class JobAttempt(Base):
     __tablename__ = "jobdesk_job_attempts"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("jobdesk_jobs.id", ondelete="CASCADE"))
+    #: The job (no foreign key: `jobdesk.shared.core.attempt_cleanup` says why, and
+    #: deletes a job's attempts with it).
+    job_id: Mapped[int] = mapped_column(BigId)
     attempt: Mapped[int] = mapped_column(sa.Integer)
     worker_id: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
     started_at: Mapped[datetime | None]

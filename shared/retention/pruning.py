@@ -13,7 +13,8 @@ Policy (`RetentionPolicy`, each configurable with `JOBDESK_RETENTION_<NAME>`;
 | audit log entries                      | never    | `JOBDESK_RETENTION_AUDIT_DAYS`        |
 
 Unresolved dead letters are never deleted: a human has not decided yet. A job's attempts
-and webhook delivery log go with it (`ON DELETE CASCADE`); a pruned dead or cancelled job,
+(by trigger: `jobdesk.shared.core.attempt_cleanup`) and webhook delivery log (`ON DELETE
+CASCADE`) go with it; a pruned dead or cancelled job,
 or a pruned retry, leaves a tombstone (id, type, final state, the decision: who, when,
 why) in `jobdesk_job_tombstones`, so the audit trail and a retry's `retried_from_id` still
 lead somewhere.
