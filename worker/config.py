@@ -24,8 +24,11 @@ from jobdesk.shared.settings import Settings
 
 DEFAULT_CONCURRENCY: Final = 10
 MAX_SLOTS: Final = 1000
-#: Most jobs claimed by one statement (the rest wait for the next claim).
-MAX_CLAIM_BATCH: Final = 500
+#: Most jobs claimed by one statement (the rest wait for the next claim). As many as may
+#: wait for a slot (`pool.PREFETCH_MAX`): with quick handlers a claim then takes all the
+#: room the slots made while the previous one was on its way, in one round trip (at 500
+#: the dispatcher often went straight back for the rest: 12 % fewer jobs/s).
+MAX_CLAIM_BATCH: Final = 1000
 #: Connections the runtime keeps for itself: claim, completer, heartbeat, scheduler x2.
 RESERVED_CONNECTIONS: Final = 5
 

@@ -250,7 +250,7 @@ def test_cancel_stops_queued_and_retrying_jobs_with_an_audit_row(engine: sa.Engi
 def test_a_completion_finds_its_jobs_by_key_however_many_others_run(db_url: str) -> None:
     # 2,000 jobs held by other workers, statistics that know it: a batch of 10 is still
     # ten primary-key lookups, never a read of every running row (which, once per
-    # batch, grows with the fleet).
+    # batch, grows with the fleet) nor of the whole key.
     from jobdesk import NewJob, enqueue_many
     from jobdesk.shared.core import transitions
     from jobdesk.shared.core.db import make_engine
