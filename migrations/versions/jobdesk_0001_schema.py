@@ -952,14 +952,8 @@ def downgrade() -> None:
             postgresql_where=sa.text("retried_from_id IS NULL"),
             sqlite_where=sa.text("retried_from_id IS NULL"),
         )
-        batch_op.drop_index(
-            "ix_jobdesk_jobs_status_queue_job_type",
-            postgresql_where=sa.text("status <> 'running'"),
-        )
-        batch_op.drop_index(
-            "ix_jobdesk_jobs_status_finished_at",
-            postgresql_where=sa.text("status <> 'running'"),
-        )
+        batch_op.drop_index("ix_jobdesk_jobs_status_queue_job_type")
+        batch_op.drop_index("ix_jobdesk_jobs_status_finished_at")
         batch_op.drop_index(
             "ix_jobdesk_jobs_running_lease",
             postgresql_where=sa.text("status = 'running'"),
