@@ -917,12 +917,8 @@ def downgrade() -> None:
 
     op.drop_table("jobdesk_webhook_deliveries")
     op.drop_table("jobdesk_report_chunk_results")
-    for name in attempt_cleanup.NAMES:
-        if op.get_bind().dialect.name == "postgresql":
-            op.execute(f"DROP TRIGGER IF EXISTS {name} ON jobdesk_jobs")
-            op.execute(f"DROP FUNCTION IF EXISTS {name}()")
-        else:
-            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    for statement in attempt_cleanup.drop_ddl(op.get_bind()):
+        op.execute(statement)
     with op.batch_alter_table("jobdesk_job_attempts", schema=None) as batch_op:
         batch_op.drop_index("ix_jobdesk_job_attempts_finished_at")
         batch_op.drop_index("ix_jobdesk_job_attempts_job_id_attempt")

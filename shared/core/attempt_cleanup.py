@@ -17,12 +17,10 @@ the attempts too. SQLite: a row trigger.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.models import Base
+from jobdesk.shared.core.models import install_after_create
 
 #: The PostgreSQL functions and triggers, in order (the migration and `create_all` run them).
 POSTGRESQL_DDL: tuple[str, ...] = (
@@ -45,8 +43,7 @@ SQLITE_DDL: tuple[str, ...] = (
     "BEGIN DELETE FROM jobdesk_job_attempts WHERE job_id = OLD.id; END",
 )
 
-#: Trigger (and, on PostgreSQL, function) names, for the migration's downgrade.
-NAMES: tuple[str, ...] = ("jobdesk_job_attempts_of_deleted", "jobdesk_job_attempts_of_truncated")
+_NAMES = ("jobdesk_job_attempts_of_deleted", "jobdesk_job_attempts_of_truncated")
 
 
 def ddl(bind: sa.Connection) -> tuple[str, ...]:
@@ -54,14 +51,18 @@ def ddl(bind: sa.Connection) -> tuple[str, ...]:
     return POSTGRESQL_DDL if is_postgresql(bind) else SQLITE_DDL
 
 
-def _install(
-    target: sa.MetaData, connection: sa.Connection, tables: Sequence[sa.Table] = (), **_: object
-) -> None:
-    if {"jobdesk_jobs", "jobdesk_job_attempts"} <= {table.name for table in tables}:
-        for statement in ddl(connection):
-            connection.exec_driver_sql(statement)
+def drop_ddl(bind: sa.Connection) -> list[str]:
+    """The statements that remove it again (the migration's downgrade)."""
+    if not is_postgresql(bind):
+        return [f"DROP TRIGGER IF EXISTS {name}" for name in _NAMES]
+    return [
+        statement
+        for name in _NAMES
+        for statement in (
+            f"DROP TRIGGER IF EXISTS {name} ON jobdesk_jobs",
+            f"DROP FUNCTION IF EXISTS {name}()",
+        )
+    ]
 
 
-# `metadata.create_all` (the demo, the chaos suite, tests) gets the triggers too, once
-# both tables exist; the migration runs `ddl` itself.
-sa.event.listen(Base.metadata, "after_create", _install)
+install_after_create(frozenset({"jobdesk_jobs", "jobdesk_job_attempts"}), ddl)

@@ -27,14 +27,13 @@ count the jobs table directly (`maintained` says which applies).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, table_of
+from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, install_after_create, table_of
 
 #: How often the maintenance leader folds the deltas (a reader sums what accumulated).
 COMPACT_INTERVAL_SECONDS = 10.0
@@ -107,18 +106,12 @@ POSTGRESQL_DDL: tuple[str, ...] = (
 )
 
 
-def _install(
-    target: sa.MetaData, connection: sa.Connection, tables: Sequence[sa.Table] = (), **_: object
-) -> None:
-    created = {table.name for table in tables}
-    if is_postgresql(connection) and {"jobdesk_jobs", "jobdesk_job_counts"} <= created:
-        for statement in POSTGRESQL_DDL:
-            connection.exec_driver_sql(statement)
-
-
 # `metadata.create_all` (the demo, the chaos suite) gets the triggers too, once both
 # tables exist; the migration runs POSTGRESQL_DDL itself.
-sa.event.listen(Base.metadata, "after_create", _install)
+install_after_create(
+    frozenset({"jobdesk_jobs", "jobdesk_job_counts"}),
+    lambda connection: POSTGRESQL_DDL if is_postgresql(connection) else (),
+)
 
 
 def maintained(bind: sa.Connection | sa.Engine) -> bool:

@@ -17,6 +17,7 @@ NULL entry in each of them was index work on every job for nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
@@ -65,7 +66,7 @@ _CLAIMABLE_SQL = in_list("status", sorted(CLAIMABLE))
 # index work of every ungrouped claim.
 _RUNNING_GROUP_SQL = "status = 'running' AND group_key IS NOT NULL"
 #: Every job but the running ones (two PostgreSQL indexes leave those out).
-NOT_RUNNING = f"status <> '{JobStatus.RUNNING.value}'"
+_NOT_RUNNING = f"status <> '{JobStatus.RUNNING.value}'"
 #: Webhook deliveries that wait (the holds' probe index and its queries share it).
 WAITING_WEBHOOK_SQL = "job_type = 'webhook.deliver' AND " + _CLAIMABLE_SQL
 
@@ -204,13 +205,13 @@ class Job(Base):
             "status",
             "queue",
             "job_type",
-            postgresql_where=sa.text(NOT_RUNNING),
+            postgresql_where=sa.text(_NOT_RUNNING),
         ),
         sa.Index(
             "ix_jobdesk_jobs_status_finished_at",
             "status",
             "finished_at",
-            postgresql_where=sa.text(NOT_RUNNING),
+            postgresql_where=sa.text(_NOT_RUNNING),
         ),
         sa.Index(
             "ix_jobdesk_jobs_retried_from_id",
@@ -425,6 +426,23 @@ metadata = Base.metadata
 
 def table_of(model: type[Base]) -> sa.Table:
     return cast(sa.Table, model.__table__)
+
+
+def install_after_create(
+    needs: frozenset[str], statements: Callable[[sa.Connection], Sequence[str]]
+) -> None:
+    """Have `metadata.create_all` (the demo, the chaos suite, tests) run `statements` for
+    its database — triggers and their functions — once it has created every table in
+    `needs`; the migration runs the same statements itself."""
+
+    def install(
+        target: sa.MetaData, connection: sa.Connection, tables: Sequence[sa.Table] = (), **_: object
+    ) -> None:
+        if needs <= {table.name for table in tables}:
+            for statement in statements(connection):
+                connection.exec_driver_sql(statement)
+
+    sa.event.listen(Base.metadata, "after_create", install)
 
 
 jobs = table_of(Job)

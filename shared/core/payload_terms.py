@@ -28,13 +28,11 @@ the noise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.models import Base, BigId, table_of
+from jobdesk.shared.core.models import Base, BigId, install_after_create, table_of
 
 #: The longest key path and string value a term holds (and a search may ask for).
 MAX_PATH_CHARS = 200
@@ -121,14 +119,8 @@ SQLITE_DDL: tuple[str, ...] = (
 TRIGGER_NAMES = ("inserted", "deleted", "updated")
 
 
-def _install(
-    target: sa.MetaData, connection: sa.Connection, tables: Sequence[sa.Table] = (), **_: object
-) -> None:
-    created = {table.name for table in tables}
-    if not is_postgresql(connection) and {"jobdesk_jobs", "jobdesk_payload_terms"} <= created:
-        for statement in SQLITE_DDL:
-            connection.exec_driver_sql(statement)
-
-
 # `metadata.create_all` gets the triggers too; the migration runs SQLITE_DDL itself.
-sa.event.listen(Base.metadata, "after_create", _install)
+install_after_create(
+    frozenset({"jobdesk_jobs", "jobdesk_payload_terms"}),
+    lambda connection: () if is_postgresql(connection) else SQLITE_DDL,
+)
