@@ -6,7 +6,8 @@ a deferred transaction that later upgrades to a writer can fail with "database i
 locked" no matter how long the busy timeout is. Read-only users (the dashboard) can ask
 for deferred transactions with `sqlite_begin="DEFERRED"`.
 
-PostgreSQL: psycopg 3, a sized pool with pre-ping, connect timeout, TCP keepalives and a
+PostgreSQL: psycopg 3, a sized pool whose connections are checked for liveness on
+checkout (`jobdesk.shared.core.pool_liveness`), connect timeout, TCP keepalives and a
 statement timeout so no call can hang forever when the server or network stalls.
 
 Behind PgBouncer in transaction pooling mode (`JOBDESK_PGBOUNCER`) a server connection
@@ -43,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 
+from jobdesk.shared.core import pool_liveness
 from jobdesk.shared.settings import Settings, SettingsError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -172,12 +174,15 @@ def _make_postgresql_engine(
         json_serializer=dump_json,
         pool_size=pool_size,
         max_overflow=max(2, pool_size // 2),
-        pool_pre_ping=True,
+        # Liveness is checked on checkout by `pool_liveness`: a ping only where it can
+        # find something, not a round trip before every transaction.
+        pool_pre_ping=False,
         pool_recycle=1800,
         pool_timeout=max(settings.db_connect_timeout_seconds, 5.0),
         connect_args=connect_args,
         execution_options=execution_options,
     )
+    pool_liveness.install(engine)
     if per_transaction:
         event.listen(engine, "begin", _set_transaction_deadlines)
     elif settings.pgbouncer:
