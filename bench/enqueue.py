@@ -56,7 +56,8 @@ APP_TABLE_PG = "CREATE TABLE IF NOT EXISTS bench_users (id BIGSERIAL PRIMARY KEY
 APP_TABLE_SQLITE = "CREATE TABLE IF NOT EXISTS bench_users (id INTEGER PRIMARY KEY, email TEXT)"
 JOB_INSERT_PG = (
     "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING RETURNING id"
+    "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL"
+    " DO NOTHING RETURNING id"
 )
 JOB_INSERT_SQLITE = JOB_INSERT_PG.replace("%s", "?")
 BULK_INSERT_PG = (

@@ -330,8 +330,8 @@ def upgrade() -> None:
             "uq_jobdesk_jobs_idempotency_key",
             ["idempotency_key"],
             unique=True,
-            postgresql_where=sa.text("retried_from_id IS NULL"),
-            sqlite_where=sa.text("retried_from_id IS NULL"),
+            postgresql_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
         )
         batch_op.create_index(
             "uq_jobdesk_jobs_running_group_key",
@@ -945,8 +945,8 @@ def downgrade() -> None:
         )
         batch_op.drop_index(
             "uq_jobdesk_jobs_idempotency_key",
-            postgresql_where=sa.text("retried_from_id IS NULL"),
-            sqlite_where=sa.text("retried_from_id IS NULL"),
+            postgresql_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
         )
         batch_op.drop_index("ix_jobdesk_jobs_status_queue_job_type")
         batch_op.drop_index("ix_jobdesk_jobs_status_finished_at")

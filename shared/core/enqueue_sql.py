@@ -61,7 +61,10 @@ _COLUMNS = (
     "job_type, queue, payload, priority, max_attempts, next_run_at, idempotency_key, "
     "group_key, timeout_seconds"
 )
-_ON_CONFLICT = "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING"
+_ON_CONFLICT = (
+    "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL"
+    " DO NOTHING"
+)
 
 _POSTGRESQL_INSERT = f"""
 WITH ins AS (

@@ -179,14 +179,17 @@ class Job(Base):
             ),
         ),
         # Retries of dead jobs copy the key (their effects must stay deduplicated), so the
-        # key is unique among original enqueues only. (The predicate is what the README's
-        # plain-SQL `ON CONFLICT … WHERE retried_from_id IS NULL` names, so it stays this.)
+        # key is unique among original enqueues only. Jobs without a key are left out:
+        # every claim and completion writes a new row version, and each one put a NULL
+        # entry in this index for nothing (leaving them out: +22 % jobs/s, one worker,
+        # alternating rounds). The predicate is what the README's plain-SQL `ON CONFLICT
+        # (idempotency_key) WHERE …` names — change both together.
         sa.Index(
             "uq_jobdesk_jobs_idempotency_key",
             "idempotency_key",
             unique=True,
-            postgresql_where=sa.text("retried_from_id IS NULL"),
-            sqlite_where=sa.text("retried_from_id IS NULL"),
+            postgresql_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
+            sqlite_where=sa.text("retried_from_id IS NULL AND idempotency_key IS NOT NULL"),
         ),
         sa.Index(
             "ix_jobdesk_jobs_running_lease",

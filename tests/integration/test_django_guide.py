@@ -9,7 +9,9 @@
             cursor.execute(
                 "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) "
                 "VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING",
+                "ON CONFLICT (idempotency_key)"
+                " WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL"
+                " DO NOTHING",
                 ["email.send", "email",
                  json.dumps({"to_user_id": user.id, "template": "welcome"}),
                  f"welcome_email:user:{user.id}"],
@@ -40,7 +42,8 @@ from django.db import connections, transaction  # noqa: E402
 ENQUEUE_SQL = (
     "INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key) "
     "VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING"
+    "ON CONFLICT (idempotency_key)"
+    " WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL DO NOTHING"
 )
 
 

@@ -25,7 +25,8 @@ README_SQL = """
 INSERT INTO jobdesk_jobs (job_type, queue, payload, idempotency_key)
 VALUES ('email.send', 'email', '{"to": "ana@example.com", "template": "welcome"}',
         'welcome_email:user:42')
-ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL DO NOTHING
+ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL
+  DO NOTHING
 """
 
 
