@@ -63,7 +63,11 @@ RecordOutcome = Callable[[str, str, float], None]
 def apply_outcomes(
     conn: sa.Connection, outcomes: Sequence[Outcome], *, now: datetime, policy_for: PolicyFor
 ) -> list[Applied]:
-    """Write every outcome's transition in the caller's transaction."""
+    """Write every outcome's transition, and the writes the handlers asked to go with
+    their outcomes (`ctx.with_outcome`), in the caller's transaction."""
+    for outcome in outcomes:
+        for write in outcome.writes:
+            write(conn)
     applied: list[Applied] = []
     successes = [o for o in outcomes if o.kind is Kind.SUCCEEDED]
     if successes:
@@ -263,6 +267,7 @@ class Completer(threading.Thread):
             kind=Kind.PERMANENT,
             result=None,
             delay_seconds=None,
+            writes=(),  # one of them may be what cannot be written
             error=f"OutcomeNotStorable: the attempt's outcome ({outcome.kind.value}) could "
             f"not be written: {type(exc).__name__}: {reason[0] if reason else ''}",
         )

@@ -3,6 +3,11 @@
 `ctx` tells the handler which job and attempt it is running, gives it a logger bound to
 the job, lets it report progress, and offers `once()` — the effects-ledger helper that
 makes a side effect happen at most once per stable key across retries and crashes.
+
+`with_outcome(write)` hands the worker a write to make in the transaction that records
+the attempt's outcome (the completer's batch) instead of in a transaction of its own: a
+record of what the handler did — a delivery log row, an effect marked done — commits
+with the job's new state, or not at all, and costs no round trip or commit of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 
 T = TypeVar("T")
+
+#: A write made in the caller's transaction (`JobContext.with_outcome`).
+OutcomeWrite = Callable[[sa.Connection], None]
 
 #: How long an attempt waits, inline and then snoozed, when another attempt holds the
 #: reservation of its effect (and how often it looks again while waiting inline).
@@ -75,6 +83,9 @@ class JobContext:
     _log: logging.LoggerAdapter[logging.Logger] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _outcome_writes: list[OutcomeWrite] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -91,6 +102,29 @@ class JobContext:
                 {"job_id": self.job_id, "job_type": self.job_type, "attempt": self.attempt},
             )
         return log
+
+    def with_outcome(self, write: OutcomeWrite) -> None:
+        """Make `write(conn)` in the transaction that records this attempt's outcome.
+
+        Under a worker the write waits for the attempt to end and goes in with its
+        outcome, whatever that outcome is; should the outcome be settled by someone
+        else first (a timeout, a lost lease), the write is made on its own when the
+        handler returns. A context made by hand (a handler's unit test) makes it now.
+        """
+        if self._outcome_writes is None:
+            with self.engine.begin() as conn:
+                write(conn)
+            return
+        self._outcome_writes.append(write)
+
+    def collect_outcome_writes(self) -> None:
+        """From now on `with_outcome` collects (the executor, before the handler runs)."""
+        self._outcome_writes = []
+
+    def take_outcome_writes(self) -> tuple[OutcomeWrite, ...]:
+        """The writes collected so far, handed over once."""
+        writes, self._outcome_writes = tuple(self._outcome_writes or ()), []
+        return writes
 
     @property
     def is_last_attempt(self) -> bool:

@@ -16,10 +16,16 @@ A cancel request (an operator cancelled the running job; the heartbeat brings it
 raises in time is stopped on request, one still running then is stopped hard by the same
 path as a timeout. A handler that returns a value after the request finished its work,
 and the job succeeds: calling that `cancelled` would hide work done.
+
+What the handler asked to write with its outcome (`ctx.with_outcome`) travels in the
+`Outcome`; when the handler's outcome arrives too late to settle the attempt, those
+writes are still made, on their own (`Attempt.finish`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import threading
 import time
@@ -39,11 +45,13 @@ from jobdesk.shared.core.validation import serialize_document
 from jobdesk.shared.limits.allowance import acquire
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
-from jobdesk.worker.context import JobContext
+from jobdesk.worker.context import JobContext, OutcomeWrite
 from jobdesk.worker.registry import JobType
 
 #: Frames of traceback kept after the "Type: message" line of a failed attempt.
 TRACEBACK_FRAMES = 8
+
+log = logging.getLogger("jobdesk.worker")
 
 
 class Kind(StrEnum):
@@ -77,6 +85,8 @@ class Outcome:
     error: str | None = None
     delay_seconds: float | None = None
     duration: float = 0.0
+    writes: tuple[OutcomeWrite, ...] = ()
+    """`ctx.with_outcome` writes: made in the transaction that records this outcome."""
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -110,6 +120,15 @@ def execute(
     clock: Callable[[], datetime],
 ) -> Outcome:
     """Run the handler in this thread and classify how it ended (never raises)."""
+    ctx.collect_outcome_writes()
+    outcome = _run(job, job_type, ctx, clock)
+    writes = ctx.take_outcome_writes()
+    return dataclasses.replace(outcome, writes=writes) if writes else outcome
+
+
+def _run(
+    job: ClaimedJob, job_type: JobType, ctx: JobContext, clock: Callable[[], datetime]
+) -> Outcome:
     start = time.monotonic()
     try:
         if job_type.rate_limit is not None:
@@ -265,6 +284,7 @@ class Attempt:
             Kind.CANCELLED,
             error=f"Cancelled: the handler stopped after the cancel request ({first})",
             duration=outcome.duration,
+            writes=outcome.writes,
         )
 
     def settle(self, outcome: Outcome) -> bool:
@@ -276,6 +296,27 @@ class Attempt:
         if outcome.kind is not Kind.SUCCEEDED:
             self.ctx.cancelled.set()
         return True
+
+    def finish(self, outcome: Outcome) -> bool:
+        """Settle with the handler's own `outcome`; True when it won. When a timeout, a
+        hard stop or a lost lease settled the attempt first, the outcome is dropped but
+        its `with_outcome` writes are made now, on their own: they record what the
+        handler did (a request sent, an effect done), whoever owns the job now."""
+        if self.settle(outcome):
+            return True
+        if outcome.writes:
+            try:
+                with self._engine.begin() as conn:
+                    for write in outcome.writes:
+                        write(conn)
+            except Exception:
+                log.exception(
+                    "job %s: the writes of an attempt settled before its handler returned "
+                    "could not be made",
+                    self.job.id,
+                    extra={"action": "late_writes_failed", "job_id": self.job.id},
+                )
+        return False
 
     @property
     def settled(self) -> bool:

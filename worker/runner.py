@@ -517,7 +517,7 @@ class Runner:
         if self.watchdog is not None:
             self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
-        if attempt.settle(attempt.stopped_on_request(outcome)):
+        if attempt.finish(attempt.stopped_on_request(outcome)):
             self.completer.submit(attempt)
 
     def _on_cancel_requested(self, attempt: Attempt) -> None:

@@ -94,7 +94,7 @@ def run_with_timeout(attempt: Attempt, clock: Callable[[], datetime]) -> Outcome
     attempt.begin()
 
     def body() -> None:
-        attempt.settle(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
+        attempt.finish(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
 
     thread = threading.Thread(target=body, name=f"jobdesk-drain-{attempt.job.id}", daemon=True)
     thread.start()

@@ -37,6 +37,7 @@ rate limit snoozes the job without using an attempt. Every request is logged in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -161,9 +162,10 @@ class Delivery:
         release: bool = False,
     ) -> None:
         """Delivery row, breaker health, a 410 disable and the effect record (or, with
-        `release`, the reservation given back), in one transaction — or one statement,
-        when there is nothing but the row and the effect — so a crash before its commit
-        loses all of them together."""
+        `release`, the reservation given back), in one transaction, so a crash before
+        its commit loses all of them together. A delivery that needs nothing but the row
+        and the effect — the common case — writes them with the attempt's outcome (the
+        job's completion): no round trip and commit of their own per delivery."""
         now = self.clock()
         row: dict[str, Any] = {
             "job_id": self.ctx.job_id,
@@ -182,9 +184,7 @@ class Delivery:
         }
         engine = self.ctx.engine
         if failure is None and disable_reason is None and self.healthy and not release:
-            # The common case writes only the log row (and the effect): one statement.
-            with _statements(engine) as conn:
-                record_delivery(conn, **row)
+            self.ctx.with_outcome(functools.partial(record_delivery, **row))
             return
         with engine.begin() as conn:
             record_delivery(conn, **row)

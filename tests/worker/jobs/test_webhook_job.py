@@ -88,6 +88,31 @@ def test_2xx_is_delivered_signed_and_logged(engine: sa.Engine, receiver: Receive
     assert receiver.applied[seen.webhook_id] == 1
 
 
+@pytest.mark.postgresql_only
+def test_a_delivery_is_logged_and_recorded_in_the_completions_transaction(
+    engine: sa.Engine, receiver: Receiver
+) -> None:
+    endpoint_at(engine, receiver, "/ok")
+    job_id = add(engine)
+    assert drain(engine).succeeded == 1
+    xmin = sa.literal_column("xmin::text", sa.Text)
+    with engine.connect() as conn:
+        written = {
+            conn.execute(sa.select(xmin).select_from(jobs).where(jobs.c.id == job_id)).scalar(),
+            conn.execute(
+                sa.select(xmin)
+                .select_from(webhook_deliveries)
+                .where(webhook_deliveries.c.job_id == job_id)
+            ).scalar(),
+            conn.execute(
+                sa.select(xmin).select_from(effects).where(effects.c.job_id == job_id)
+            ).scalar(),
+        }
+    # One transaction: a crash before it commits loses the three together.
+    assert len(written) == 1
+    assert None not in written
+
+
 def test_request_goes_to_the_vetted_address_with_the_original_host_header(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
