@@ -22,6 +22,7 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from jobdesk.shared.core import transitions
+from jobdesk.shared.core.driver_sql import run_writes
 from jobdesk.shared.core.retry import RetryPolicy, decide
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.worker import failpoints
@@ -65,9 +66,7 @@ def apply_outcomes(
 ) -> list[Applied]:
     """Write every outcome's transition, and the writes the handlers asked to go with
     their outcomes (`ctx.with_outcome`), in the caller's transaction."""
-    for outcome in outcomes:
-        for write in outcome.writes:
-            write(conn)
+    run_writes(conn, [write for outcome in outcomes for write in outcome.writes])
     applied: list[Applied] = []
     successes = [o for o in outcomes if o.kind is Kind.SUCCEEDED]
     if successes:

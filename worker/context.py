@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.driver_sql import run_writes
 from jobdesk.shared.core.effects import (
     Reservation,
     complete_effect,
@@ -113,7 +114,7 @@ class JobContext:
         """
         if self._outcome_writes is None:
             with self.engine.begin() as conn:
-                write(conn)
+                run_writes(conn, [write])
             return
         self._outcome_writes.append(write)
 

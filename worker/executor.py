@@ -39,6 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import ClaimedJob
+from jobdesk.shared.core.driver_sql import run_writes
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze, ValidationError
 from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.validation import serialize_document
@@ -307,8 +308,7 @@ class Attempt:
         if outcome.writes:
             try:
                 with self._engine.begin() as conn:
-                    for write in outcome.writes:
-                        write(conn)
+                    run_writes(conn, outcome.writes)
             except Exception:
                 log.exception(
                     "job %s: the writes of an attempt settled before its handler returned "

@@ -11,11 +11,17 @@ layer. psycopg's errors come back wrapped as SQLAlchemy's (`sa.exc.OperationalEr
 …) so callers handle them as any other database error. Rows are plain tuples in the
 statement's column order, with psycopg's types: timestamps are aware datetimes, JSONB
 arrives decoded. PostgreSQL only; SQLite callers keep `Connection.execute`.
+
+`StatementWrite` is one such statement with its parameters, held to be run later in
+someone else's transaction (a handler's `ctx.with_outcome`): `run_writes` sends those of
+one statement together, as a single pipelined `executemany`.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -52,3 +58,40 @@ def execute(conn: sa.Connection, statement: sa.Executable, params: dict[str, Any
         return conn.connection.driver_connection.execute(text, params)  # type: ignore[union-attr]
     except psycopg.Error as exc:
         raise sa.exc.DBAPIError.instance(text, params, exc, psycopg.Error) from exc
+
+
+def executemany(
+    conn: sa.Connection, statement: sa.Executable, params: list[dict[str, Any]]
+) -> None:
+    """Run `statement` once per parameter set, pipelined: one round trip for all."""
+    text = postgresql_text(statement)
+    try:
+        with conn.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
+            cursor.executemany(text, params)
+    except psycopg.Error as exc:
+        raise sa.exc.DBAPIError.instance(text, params, exc, psycopg.Error) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class StatementWrite:
+    """A prebuilt PostgreSQL statement and its parameters, to be run later."""
+
+    statement: sa.Executable
+    params: dict[str, Any]
+
+    def __call__(self, conn: sa.Connection) -> None:
+        execute(conn, self.statement, self.params)
+
+
+def run_writes(conn: sa.Connection, writes: Iterable[Callable[[sa.Connection], None]]) -> None:
+    """Make every write in `conn`'s transaction; the `StatementWrite`s of one statement
+    go together as one `executemany`. Writes must not depend on each other's order."""
+    batched: dict[int, tuple[sa.Executable, list[dict[str, Any]]]] = {}
+    for write in writes:
+        if isinstance(write, StatementWrite):
+            key = id(write.statement)
+            batched.setdefault(key, (write.statement, []))[1].append(write.params)
+        else:
+            write(conn)
+    for statement, params in batched.values():
+        executemany(conn, statement, params)

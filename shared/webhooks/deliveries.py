@@ -11,6 +11,8 @@ job requeued by an operator sends the same `webhook-id` as the original.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -186,12 +188,33 @@ def record_delivery(
             complete_effect(conn, effect[0], owner, effect[1])
         return
     # Run on psycopg's cursor: once per delivery, SQLAlchemy's layer was most of its cost.
+    _delivery_write(row, effect, lease_token)(conn)
+
+
+def delivery_writer(
+    bind: sa.Engine,
+    *,
+    effect: tuple[str, dict[str, Any]] | None = None,
+    lease_token: int | None = None,
+    **fields: Any,
+) -> Callable[[sa.Connection], None]:
+    """`record_delivery` with these arguments, as a write to make later in another
+    transaction (`ctx.with_outcome`). On PostgreSQL it is one prebuilt statement, which
+    the completer sends together with the other deliveries of its batch."""
+    if not is_postgresql(bind):
+        return functools.partial(record_delivery, effect=effect, lease_token=lease_token, **fields)
+    return _delivery_write(_row(**fields), effect, lease_token)
+
+
+def _delivery_write(
+    row: dict[str, Any], effect: tuple[str, dict[str, Any]] | None, lease_token: int | None
+) -> driver_sql.StatementWrite:
+    """PostgreSQL: the delivery row (and the effect marked done) as one statement."""
     if effect is None:
-        driver_sql.execute(conn, _INSERT, row)
-        return
+        return driver_sql.StatementWrite(_INSERT, row)
     key, detail = check_effect_key(effect[0]), driver_sql.json_param(effect[1] or {})
     params = {**row, "effect_key": key, "effect_detail": detail, "lease_token": lease_token}
-    driver_sql.execute(conn, _INSERT_WITH_EFFECT, params)
+    return driver_sql.StatementWrite(_INSERT_WITH_EFFECT, params)
 
 
 def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:

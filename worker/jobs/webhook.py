@@ -37,7 +37,6 @@ rate limit snoozes the job without using an attempt. Every request is logged in
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -58,6 +57,7 @@ from jobdesk.shared.limits.breakers import BreakerView
 from jobdesk.shared.webhooks.deliveries import (
     DeliveryOrigin,
     delivery_origin,
+    delivery_writer,
     excerpt,
     record_delivery,
 )
@@ -184,7 +184,7 @@ class Delivery:
         }
         engine = self.ctx.engine
         if failure is None and disable_reason is None and self.healthy and not release:
-            self.ctx.with_outcome(functools.partial(record_delivery, **row))
+            self.ctx.with_outcome(delivery_writer(engine, **row))
             return
         with engine.begin() as conn:
             record_delivery(conn, **row)

@@ -93,8 +93,10 @@ def test_a_delivery_is_logged_and_recorded_in_the_completions_transaction(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
     endpoint_at(engine, receiver, "/ok")
+    others = [add(engine, {**EVENT, "data": {"user_id": n}}) for n in range(3)]
     job_id = add(engine)
-    assert drain(engine).succeeded == 1
+    # One batch: the deliveries' writes go out together (one pipelined executemany).
+    assert drain(engine).succeeded == 4
     xmin = sa.literal_column("xmin::text", sa.Text)
     with engine.connect() as conn:
         written = {
@@ -111,6 +113,12 @@ def test_a_delivery_is_logged_and_recorded_in_the_completions_transaction(
     # One transaction: a crash before it commits loses the three together.
     assert len(written) == 1
     assert None not in written
+    assert len(deliveries(engine, others[0])) == 1
+    with engine.connect() as conn:
+        logged = conn.execute(
+            sa.select(sa.func.count()).select_from(webhook_deliveries)
+        ).scalar_one()
+    assert logged == 4
 
 
 def test_request_goes_to_the_vetted_address_with_the_original_host_header(
