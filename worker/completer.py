@@ -66,7 +66,9 @@ def apply_outcomes(
 ) -> list[Applied]:
     """Write every outcome's transition, and the writes the handlers asked to go with
     their outcomes (`ctx.with_outcome`), in the caller's transaction."""
-    run_writes(conn, [write for outcome in outcomes for write in outcome.writes])
+    writes = [write for outcome in outcomes for write in outcome.writes]
+    if writes:
+        run_writes(conn, writes)
     applied: list[Applied] = []
     successes = [o for o in outcomes if o.kind is Kind.SUCCEEDED]
     if successes:

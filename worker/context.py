@@ -23,7 +23,6 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.driver_sql import run_writes
 from jobdesk.shared.core.effects import (
     Reservation,
     complete_effect,
@@ -114,7 +113,7 @@ class JobContext:
         """
         if self._outcome_writes is None:
             with self.engine.begin() as conn:
-                run_writes(conn, [write])
+                write(conn)
             return
         self._outcome_writes.append(write)
 
@@ -123,9 +122,10 @@ class JobContext:
         self._outcome_writes = []
 
     def take_outcome_writes(self) -> tuple[OutcomeWrite, ...]:
-        """The writes collected so far, handed over once."""
-        writes, self._outcome_writes = tuple(self._outcome_writes or ()), []
-        return writes
+        """The writes collected while the handler ran; collecting stops (the executor,
+        when the handler returned)."""
+        writes, self._outcome_writes = self._outcome_writes, None
+        return tuple(writes) if writes else ()
 
     @property
     def is_last_attempt(self) -> bool:
