@@ -8,10 +8,20 @@ import sys
 
 from jobdesk.worker.logs import JsonFormatter, TextFormatter
 
+#: 2026-01-02 04:05:06.780 UTC: no digits a secret below is made of, in UTC or local time.
+FIXED_TIME = 1767326706.78
+
 
 def job_record(message: str, **extra: object) -> logging.LogRecord:
+    # A fixed time: a timestamp of "now" could contain a secret's digits ("…:00.333").
     record = logging.makeLogRecord(
-        {"name": "jobdesk.worker", "levelno": logging.WARNING, "levelname": "WARNING"}
+        {
+            "name": "jobdesk.worker",
+            "levelno": logging.WARNING,
+            "levelname": "WARNING",
+            "created": FIXED_TIME,
+            "msecs": 780.0,
+        }
     )
     record.msg = message
     record.__dict__.update(extra)

@@ -7,7 +7,9 @@ through `ctx.once`, whose uniqueness proves an effect happened once.
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,6 +19,7 @@ import sqlalchemy as sa
 from jobdesk import PermanentError, RetryAfter, Snooze, job
 from jobdesk.shared.core.effects import record_effect
 from jobdesk.shared.core.retry import ExponentialBackoff
+from jobdesk.worker import executor
 from jobdesk.worker.context import JobContext
 
 FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=0.5))
@@ -81,9 +84,27 @@ def grouped(payload: dict[str, Any], ctx: JobContext) -> None:
     _mark(ctx, {"start": start, "end": time.time(), "group": payload["group"]})
 
 
+# The worker's own rate-limit acquire, timed: the bucket accounts a token at a moment
+# between the call and its return, so a run's handler start (which a busy host can delay
+# by a scheduler tick or a GIL hand-over) is not when its token was taken.
+_token_taken = threading.local()
+_acquire = executor.acquire
+
+
+def _timed_acquire(*args: Any, **kwargs: Any) -> float:
+    asked = time.time()
+    wait = _acquire(*args, **kwargs)
+    _token_taken.between = (asked, time.time())
+    return wait
+
+
+executor.acquire = _timed_acquire
+
+
 @job("t.limited", backoff=FAST, rate_limit="20/s")
 def limited(payload: dict[str, Any], ctx: JobContext) -> None:
-    _mark(ctx, {"at": time.time(), "pid": __import__("os").getpid()})
+    asked, granted = _token_taken.between
+    _mark(ctx, {"at": time.time(), "asked": asked, "granted": granted, "pid": os.getpid()})
 
 
 @job("t.db_hold", backoff=FAST)
