@@ -40,6 +40,9 @@ def _last_statement(observer: sa.Engine, pid: int) -> str:
 
 def _terminate(observer: sa.Engine, pid: int) -> None:
     with observer.connect() as conn:
+        # Each poll in its own transaction: PostgreSQL keeps one activity snapshot per
+        # transaction, so polling inside one would never see the backend go.
+        conn.execution_options(isolation_level="AUTOCOMMIT")
         assert conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
         deadline = time.monotonic() + 10
         while conn.execute(
