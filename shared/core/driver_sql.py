@@ -12,9 +12,10 @@ layer. psycopg's errors come back wrapped as SQLAlchemy's (`sa.exc.OperationalEr
 statement's column order, with psycopg's types: timestamps are aware datetimes, JSONB
 arrives decoded. PostgreSQL only; SQLite callers keep `Connection.execute`.
 
-`StatementWrite` is one such statement with its parameters, held to be run later in
-someone else's transaction (a handler's `ctx.with_outcome`): `run_writes` sends those of
-one statement together, as a single pipelined `executemany`.
+`BatchedWrite` is one row's parameters for such a statement, held to be run later in
+someone else's transaction (a handler's `ctx.with_outcome`): `run_writes` hands the rows
+of one writer over together, so a completer batch costs one statement per writer, not
+one per row.
 """
 
 from __future__ import annotations
@@ -60,38 +61,29 @@ def execute(conn: sa.Connection, statement: sa.Executable, params: dict[str, Any
         raise sa.exc.DBAPIError.instance(text, params, exc, psycopg.Error) from exc
 
 
-def executemany(
-    conn: sa.Connection, statement: sa.Executable, params: list[dict[str, Any]]
-) -> None:
-    """Run `statement` once per parameter set, pipelined: one round trip for all."""
-    text = postgresql_text(statement)
-    try:
-        with conn.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
-            cursor.executemany(text, params)
-    except psycopg.Error as exc:
-        raise sa.exc.DBAPIError.instance(text, params, exc, psycopg.Error) from exc
+RunMany = Callable[[sa.Connection, list[dict[str, Any]]], None]
 
 
 @dataclass(frozen=True, slots=True)
-class StatementWrite:
-    """A prebuilt PostgreSQL statement and its parameters, to be run later."""
+class BatchedWrite:
+    """One row's parameters for `run_many`, which writes any number of such rows in one
+    go; to be run later, alone or with the other rows of the same `run_many`."""
 
-    statement: sa.Executable
+    run_many: RunMany
     params: dict[str, Any]
 
     def __call__(self, conn: sa.Connection) -> None:
-        execute(conn, self.statement, self.params)
+        self.run_many(conn, [self.params])
 
 
 def run_writes(conn: sa.Connection, writes: Iterable[Callable[[sa.Connection], None]]) -> None:
-    """Make every write in `conn`'s transaction; the `StatementWrite`s of one statement
-    go together as one `executemany`. Writes must not depend on each other's order."""
-    batched: dict[int, tuple[sa.Executable, list[dict[str, Any]]]] = {}
+    """Make every write in `conn`'s transaction; the `BatchedWrite`s of one `run_many` go
+    together as one call. Writes must not depend on each other's order."""
+    batched: dict[RunMany, list[dict[str, Any]]] = {}
     for write in writes:
-        if isinstance(write, StatementWrite):
-            key = id(write.statement)
-            batched.setdefault(key, (write.statement, []))[1].append(write.params)
+        if isinstance(write, BatchedWrite):
+            batched.setdefault(write.run_many, []).append(write.params)
         else:
             write(conn)
-    for statement, params in batched.values():
-        executemany(conn, statement, params)
+    for run_many, rows in batched.items():
+        run_many(conn, rows)

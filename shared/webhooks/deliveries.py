@@ -71,50 +71,82 @@ def excerpt(body: bytes | str | None, *, total_bytes: int | None = None) -> str 
 
 
 # Built once and executed with fresh parameters: no statement construction per delivery.
-_INSERT = sa.insert(webhook_deliveries).values(
-    {
-        name: sa.bindparam(name, type_=webhook_deliveries.c[name].type)
-        for name in (
-            "job_id",
-            "attempt",
-            "endpoint",
-            "webhook_id",
-            "url",
-            "at",
-            "status_code",
-            "latency_ms",
-            "outcome",
-            "response_excerpt",
-            "error",
-        )
-    }
+_DELIVERY_FIELDS = (
+    "job_id",
+    "attempt",
+    "endpoint",
+    "webhook_id",
+    "url",
+    "at",
+    "status_code",
+    "latency_ms",
+    "outcome",
+    "response_excerpt",
+    "error",
 )
-# The log row and the effect record of a delivered webhook as ONE statement (PostgreSQL
-# runs a data-modifying CTE exactly once, referenced or not): atomic on its own, so the
-# worker sends it in autocommit without BEGIN and COMMIT round trips. The attempt's own
-# reservation becomes done; a key nobody reserved is inserted done; a key another
-# attempt took over, or already done, is left as it is (`complete_effect`'s rules).
-_insert_effect = pg.insert(effects)
+_INSERT = sa.insert(webhook_deliveries).values(
+    {name: sa.bindparam(name, type_=webhook_deliveries.c[name].type) for name in _DELIVERY_FIELDS}
+)
+# Any number of log rows, and the effect records of those that delivered, as ONE
+# statement (PostgreSQL runs every data-modifying CTE exactly once, referenced or not):
+# atomic on its own, so the worker can send it in autocommit without BEGIN and COMMIT
+# round trips, and a completer batch costs one statement however many deliveries it
+# holds. The rows arrive as one array per column. `complete_effect`'s rules: an
+# attempt's own reservation becomes done; a key nobody holds is inserted done; a key
+# another attempt took over, or already done, is left as it is (the insert finds it and
+# does nothing — never an error, even for a key twice in one batch).
+# Constants inline, not bound: the statement runs on psycopg with the arrays only.
 _DONE: sa.ColumnClause[str] = sa.literal_column(f"'{EffectState.DONE.value}'")
 _RESERVED: sa.ColumnClause[str] = sa.literal_column(f"'{EffectState.RESERVED.value}'")
-_INSERT_WITH_EFFECT = (
-    _insert_effect.values(
-        key=sa.bindparam("effect_key", type_=effects.c.key.type),
-        job_id=sa.bindparam("job_id", type_=effects.c.job_id.type),
-        detail=sa.bindparam("effect_detail", type_=effects.c.detail.type),
+_COLUMNS: dict[str, sa.types.TypeEngine[Any]] = {
+    **{name: webhook_deliveries.c[name].type for name in _DELIVERY_FIELDS},
+    "effect_key": effects.c.key.type,
+    "effect_detail": pg.JSONB(),
+    "lease_token": effects.c.lease_token.type,
+}
+_rows = (
+    sa.func.unnest(
+        *(sa.cast(sa.bindparam(name), pg.ARRAY(type_)) for name, type_ in _COLUMNS.items())
     )
-    .on_conflict_do_update(
-        index_elements=[effects.c.key],
-        # Constants inline, not bound: the statement runs on psycopg with named params only.
-        set_={"state": _DONE, "detail": _insert_effect.excluded.detail},
-        where=sa.and_(
-            effects.c.state == _RESERVED,
-            effects.c.job_id == sa.bindparam("job_id", type_=effects.c.job_id.type),
-            effects.c.lease_token == sa.bindparam("lease_token", type_=effects.c.lease_token.type),
+    .table_valued(*(sa.column(name, type_) for name, type_ in _COLUMNS.items()))
+    .render_derived(name="delivery", with_types=False)
+)
+_given = sa.select(_rows).cte("given")
+_logged = (
+    sa.insert(webhook_deliveries)
+    .from_select(_DELIVERY_FIELDS, sa.select(*(_given.c[name] for name in _DELIVERY_FIELDS)))
+    .cte("logged")
+)
+_completed = (
+    sa.update(effects)
+    .where(
+        effects.c.key == _given.c.effect_key,
+        effects.c.state == _RESERVED,
+        effects.c.job_id == _given.c.job_id,
+        effects.c.lease_token == _given.c.lease_token,
+    )
+    .values(state=_DONE, detail=_given.c.effect_detail)
+    .returning(effects.c.key)
+    .cte("completed")
+)
+_WRITE_DELIVERIES = (
+    pg.insert(effects)
+    .from_select(
+        ["key", "job_id", "detail"],
+        sa.select(_given.c.effect_key, _given.c.job_id, _given.c.effect_detail).where(
+            _given.c.effect_key.is_not(None),
+            _given.c.effect_key.not_in(sa.select(_completed.c.key)),
         ),
     )
-    .add_cte(_INSERT.cte("delivery"))
+    .on_conflict_do_nothing(index_elements=[effects.c.key])
+    .add_cte(_given, _logged, _completed)
 )
+
+
+def _write_deliveries(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+    """PostgreSQL: the delivery rows (each with its effect, if any) in one statement."""
+    columns = {name: [row[name] for row in rows] for name in _COLUMNS}
+    driver_sql.execute(conn, _WRITE_DELIVERIES, columns)
 
 
 def _row(
@@ -125,10 +157,10 @@ def _row(
     url: str,
     outcome: str,
     now: datetime,
-    status_code: int | None,
-    latency_ms: float | None,
-    response_excerpt: str | None,
-    error: str | None,
+    status_code: int | None = None,
+    latency_ms: float | None = None,
+    response_excerpt: str | None = None,
+    error: str | None = None,
 ) -> dict[str, Any]:
     return {
         "job_id": job_id,
@@ -199,8 +231,8 @@ def delivery_writer(
     **fields: Any,
 ) -> Callable[[sa.Connection], None]:
     """`record_delivery` with these arguments, as a write to make later in another
-    transaction (`ctx.with_outcome`). On PostgreSQL it is one prebuilt statement, which
-    the completer sends together with the other deliveries of its batch."""
+    transaction (`ctx.with_outcome`). On PostgreSQL it is one row of a prebuilt
+    statement, which the completer sends once for all the deliveries of its batch."""
     if not is_postgresql(bind):
         return functools.partial(record_delivery, effect=effect, lease_token=lease_token, **fields)
     return _delivery_write(_row(**fields), effect, lease_token)
@@ -208,13 +240,12 @@ def delivery_writer(
 
 def _delivery_write(
     row: dict[str, Any], effect: tuple[str, dict[str, Any]] | None, lease_token: int | None
-) -> driver_sql.StatementWrite:
-    """PostgreSQL: the delivery row (and the effect marked done) as one statement."""
-    if effect is None:
-        return driver_sql.StatementWrite(_INSERT, row)
-    key, detail = check_effect_key(effect[0]), driver_sql.json_param(effect[1] or {})
+) -> driver_sql.BatchedWrite:
+    """PostgreSQL: the delivery row (and the effect marked done), batchable."""
+    key = None if effect is None else check_effect_key(effect[0])
+    detail = None if effect is None else driver_sql.json_param(effect[1] or {})
     params = {**row, "effect_key": key, "effect_detail": detail, "lease_token": lease_token}
-    return driver_sql.StatementWrite(_INSERT_WITH_EFFECT, params)
+    return driver_sql.BatchedWrite(_write_deliveries, params)
 
 
 def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:

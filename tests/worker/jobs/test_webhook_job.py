@@ -95,7 +95,7 @@ def test_a_delivery_is_logged_and_recorded_in_the_completions_transaction(
     endpoint_at(engine, receiver, "/ok")
     others = [add(engine, {**EVENT, "data": {"user_id": n}}) for n in range(3)]
     job_id = add(engine)
-    # One batch: the deliveries' writes go out together (one pipelined executemany).
+    # One batch: the deliveries' writes go out together (one statement for all four).
     assert drain(engine).succeeded == 4
     xmin = sa.literal_column("xmin::text", sa.Text)
     with engine.connect() as conn:
