@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.documents import decode_document
@@ -122,6 +123,8 @@ _PG_EXPIRES = (
     "COALESCE(%(expires)s::timestamptz, "
     "statement_timestamp() + make_interval(secs => %(lease_seconds)s))"
 )
+# For this transaction only (a no-op in autocommit): a sort only where no index order fits.
+_NO_SORT = sa.text("SELECT set_config('enable_sort', 'off', true)")
 _PG_PARAMS = {"worker": "%(worker)s", "now": _PG_NOW, "lease": "%(lease)s", "expires": _PG_EXPIRES}
 _SQLITE_PARAMS = {name: f":{name}" for name in ("worker", "now", "lease", "expires")}
 
@@ -177,7 +180,11 @@ def _claim_statement(postgresql: bool, queues: int | None, job_types: int | None
         return statement
     filters = ""
     if postgresql:
-        if queues is not None:
+        if queues == 1:
+            # One queue as an equality, not `= ANY`: then the claim index's own order is
+            # the claim order, a plan that needs no sort whatever the statistics say.
+            filters += "\n           AND c.queue = %(queue)s"
+        elif queues is not None:
             filters += "\n           AND c.queue = ANY(%(queues)s::text[])"
         if job_types is not None:
             filters += "\n           AND c.job_type = ANY(%(job_types)s::text[])"
@@ -220,6 +227,9 @@ def claim(
 
     `attempts` is incremented here, at claim time, so a job that kills its worker every
     time still runs out of attempts. Only `job_types` this worker knows are taken.
+
+    Give the claim a transaction of its own: on PostgreSQL a claim from every queue
+    turns the planner's sorts off until that transaction ends.
     """
     if (
         limit <= 0
@@ -237,13 +247,22 @@ def claim(
             "lease_seconds": float(lease_seconds),
             "limit": limit,
         }
-        if queues is not None:
+        if queues is not None and len(queues) == 1:
+            params["queue"] = queues[0]
+        elif queues is not None:
             params["queues"] = list(queues)
         if job_types is not None:
             params["job_types"] = list(job_types)
         statement = _claim_statement(
-            True, None if queues is None else 0, None if job_types is None else 0
+            True, None if queues is None else min(len(queues), 2), None if job_types is None else 0
         )
+        if queues is None:
+            # Every queue: the claim order is the any-queue index's order, so that walk is
+            # always the plan to have. Statistics taken before a burst (a mostly finished
+            # table, a new install) say almost nothing is claimable, which makes sorting
+            # the candidates look free: measured at a 20,000 backlog of webhook jobs, 7-11
+            # ms per claim sorting all of them against 0.3-0.5 ms walking the index.
+            driver_sql.execute(conn, _NO_SORT, {})
         text, started, expires = conn.exec_driver_sql(statement, params).one()
         now, expires = started.astimezone(UTC), expires.astimezone(UTC)
         try:

@@ -293,3 +293,36 @@ def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empt
     assert "Seq Scan on jobdesk_jobs" not in plans["worker"], plans["worker"]
     assert "ix_jobdesk_jobs_claimable_any_queue" in plans["worker"]
     assert (plans["plain setting"], plans["worker setting"]) == ("on", "off")
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("queues", [None, ["webhooks"]], ids=["every queue", "one queue"])
+def test_a_burst_after_the_statistics_were_taken_is_claimed_in_index_order(
+    engine: sa.Engine, queues: list[str] | None
+) -> None:
+    # Before the table's first ANALYZE (a new install; autovacuum's comes within a minute
+    # or so) the planner thinks a burst of jobs is a handful, so sorting every candidate
+    # looks free: measured at 20,000 waiting webhooks, 7-15 ms per claim sorting all of
+    # them against 0.3-1.5 ms walking an index in claim order.
+    from jobdesk import NewJob, enqueue_many
+    from jobdesk.shared.core import claim as queue
+
+    payloads = [{"endpoint": "crm", "event": "e", "data": {"i": i}} for i in range(20_000)]
+    with engine.begin() as conn:
+        enqueue_many(conn, [NewJob("webhook.deliver", p, queue="webhooks") for p in payloads])
+    params = {**CLAIM_PARAMS, "limit": 10, "job_types": ["webhook.deliver"]}
+    if queues is None:
+        statement = queue._claim_statement(True, None, 0)
+    else:
+        statement = queue._claim_statement(True, 1, 0)
+        params["queue"] = queues[0]
+    with engine.begin() as conn:
+        if queues is None:
+            conn.execute(queue._NO_SORT)
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
+    assert "Sort" not in plan, plan
+    with engine.begin() as conn:
+        claimed = queue.claim(
+            conn, worker_id="w", limit=10, queues=queues, job_types=["webhook.deliver"]
+        )
+    assert [job.payload["data"]["i"] for job in claimed] == list(range(10))
