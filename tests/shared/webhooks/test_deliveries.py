@@ -16,6 +16,8 @@ from jobdesk.shared.webhooks.deliveries import delivery_writer, list_deliveries,
 from tests.factories import make_job
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+#: Quotes, a backslash, braces and text outside ASCII arrive as they were sent.
+ODD_TEXT = "busy \"now\" \\ {a,b} ünï 🚀 'x'"
 
 
 def running(engine: sa.Engine, count: int) -> list[ClaimedJob]:
@@ -68,7 +70,7 @@ def test_one_batch_follows_the_ledger_rules_for_every_row(engine: sa.Engine) -> 
             engine, effect=("hook:fresh", {"id": 3}), lease_token=fresh.lease_token, **fields(fresh)
         ),
         # A failed delivery: its log row only.
-        delivery_writer(engine, **fields(plain, outcome="retry", status_code=503, error="busy")),
+        delivery_writer(engine, **fields(plain, outcome="retry", status_code=503, error=ODD_TEXT)),
         # The same key twice in one batch: recorded once, never an error.
         delivery_writer(
             engine, effect=("hook:twice", {"id": 4}), lease_token=twice.lease_token, **fields(twice)
@@ -92,7 +94,7 @@ def test_one_batch_follows_the_ledger_rules_for_every_row(engine: sa.Engine) -> 
         [failed] = list_deliveries(conn, plain.id)
         assert len(list_deliveries(conn, twice.id)) == 2
         assert all(len(list_deliveries(conn, job.id)) == 1 for job in (owner, late, fresh))
-    assert (failed["outcome"], failed["status_code"], failed["error"]) == ("retry", 503, "busy")
+    assert (failed["outcome"], failed["status_code"], failed["error"]) == ("retry", 503, ODD_TEXT)
     assert failed["at"] == NOW
     assert failed["latency_ms"] == 12.5
 
