@@ -7,9 +7,11 @@ the request. Proxies from the environment are ignored for the same reason. Redir
 never followed (a 3xx is an answer, not a hop). At most `max_bytes` of the response
 body are read (raw, no decompression), then the connection is dropped.
 
-Clients are pooled per (scheme, host, port, timeouts) so keep-alive works across
+Clients are kept per (scheme, host, port, timeouts) so keep-alive works across
 deliveries to the same endpoint; a client is never shared between host names, because
-a pooled TLS connection carries the SNI of the host it was opened for.
+a pooled TLS connection carries the SNI of the host it was opened for. Each request
+checks a client out for itself and returns it afterwards, so concurrent deliveries never
+wait on one another's connection pool.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ import httpx
 from jobdesk.shared.webhooks.ssrf import VettedTarget
 
 MAX_RESPONSE_BYTES = 64 * 1024
+#: Endpoints (scheme, host, port, timeouts) whose idle clients are kept.
 MAX_CLIENTS = 64
+#: Idle clients kept per endpoint: one per concurrent request, up to this many.
+MAX_IDLE_PER_KEY = 64
 USER_AGENT = "Jobdesk-Webhooks/1"
 
 
@@ -43,38 +48,71 @@ class HttpResult:
     address: str | None = None
 
 
-_clients: OrderedDict[tuple[object, ...], httpx.Client] = OrderedDict()
-_lock = threading.Lock()
+def _new_client(connect_timeout: float, timeout: float) -> httpx.Client:
+    # One request at a time per client, so its pool holds one keep-alive connection (a
+    # second for a fallback address). A client shared by every handler thread made them
+    # queue on its pool lock, and each request scanned all its idle connections.
+    return httpx.Client(
+        timeout=httpx.Timeout(connect=connect_timeout, read=timeout, write=timeout, pool=timeout),
+        follow_redirects=False,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+    )
 
 
-def _client(target: VettedTarget, connect_timeout: float, timeout: float) -> httpx.Client:
-    key = (target.scheme, target.host, target.port, connect_timeout, timeout)
-    with _lock:
-        client = _clients.get(key)
-        if client is not None:
-            _clients.move_to_end(key)
-            return client
-        client = httpx.Client(
-            timeout=httpx.Timeout(
-                connect=connect_timeout, read=timeout, write=timeout, pool=timeout
-            ),
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
-        )
-        _clients[key] = client
-        while len(_clients) > MAX_CLIENTS:
-            _, old = _clients.popitem(last=False)
+Key = tuple[object, ...]
+
+
+class _ClientCache:
+    """Idle clients per (scheme, host, port, timeouts), least recently used key first."""
+
+    def __init__(self) -> None:
+        self._idle: OrderedDict[Key, list[httpx.Client]] = OrderedDict()
+        self._lock = threading.Lock()
+        #: Moves on at `close_all`: a client checked out before then is not kept.
+        self.generation = 0
+
+    def check_out(self, key: Key, connect_timeout: float, timeout: float) -> httpx.Client:
+        """A client for `key` that no other request is using (a new one if none is idle)."""
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                self._idle.move_to_end(key)
+                return idle.pop()
+        return _new_client(connect_timeout, timeout)
+
+    def check_in(self, key: Key, client: httpx.Client, generation: int) -> None:
+        """Keep `client` for the next request to `key`; close what falls out."""
+        evicted: list[httpx.Client] = []
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            self._idle.move_to_end(key)
+            if generation == self.generation and len(idle) < MAX_IDLE_PER_KEY:
+                idle.append(client)
+            else:
+                evicted.append(client)
+            while len(self._idle) > MAX_CLIENTS:
+                _, clients = self._idle.popitem(last=False)
+                evicted.extend(clients)
+        for old in evicted:
             old.close()
-        return client
+
+    def close_all(self) -> None:
+        with self._lock:
+            self.generation += 1
+            clients = [client for idle in self._idle.values() for client in idle]
+            self._idle.clear()
+        for client in clients:
+            client.close()
+
+
+_clients = _ClientCache()
 
 
 def close_clients() -> None:
-    """Close every pooled client (worker shutdown, tests)."""
-    with _lock:
-        while _clients:
-            _, client = _clients.popitem()
-            client.close()
+    """Close every idle client; one in use is closed when its request ends (worker
+    shutdown, tests)."""
+    _clients.close_all()
 
 
 def post(
@@ -87,7 +125,23 @@ def post(
     max_bytes: int = MAX_RESPONSE_BYTES,
 ) -> HttpResult:
     """POST `body` to the first vetted address that accepts a connection."""
-    client = _client(target, connect_timeout, timeout)
+    key = (target.scheme, target.host, target.port, connect_timeout, timeout)
+    generation = _clients.generation
+    client = _clients.check_out(key, connect_timeout, timeout)
+    try:
+        return _send(client, target, headers, body, timeout, max_bytes)
+    finally:
+        _clients.check_in(key, client, generation)
+
+
+def _send(
+    client: httpx.Client,
+    target: VettedTarget,
+    headers: dict[str, str],
+    body: bytes,
+    timeout: float,
+    max_bytes: int,
+) -> HttpResult:
     request_headers = {
         "Host": target.host_header,
         "User-Agent": USER_AGENT,
