@@ -367,9 +367,12 @@ def round_ratios(results: dict[str, list[Measured]], peer: str) -> list[float]:
     return [j.rate / o.rate for j, o in zip(results[WORKER], results[peer], strict=True)]
 
 
-#: The CI guard: a short side-by-side run; fails below this Jobdesk/raw ratio.
+#: The CI guard: a short side-by-side run; fails below this Jobdesk/raw ratio. Five
+#: rounds, because one drain of 10,000 jobs lasts under half a second and a shared
+#: machine has made single rounds of the same code read 43 % beside 139 %: the median of
+#: five fails only when three rounds are slow.
 GUARD_JOBS = 10_000
-GUARD_ROUNDS = 3
+GUARD_ROUNDS = 5
 GUARD_FLOOR = 0.40
 
 
