@@ -85,12 +85,13 @@ class _ClientCache:
         """Keep `client` for the next request to `key`; close what falls out."""
         evicted: list[httpx.Client] = []
         with self._lock:
-            idle = self._idle.setdefault(key, [])
-            self._idle.move_to_end(key)
-            if generation == self.generation and len(idle) < MAX_IDLE_PER_KEY:
-                idle.append(client)
-            else:
+            if generation != self.generation:
+                # Checked out before `close_all`: closed, and the cache left as it is.
                 evicted.append(client)
+            else:
+                idle = self._idle.setdefault(key, [])
+                self._idle.move_to_end(key)
+                (idle if len(idle) < MAX_IDLE_PER_KEY else evicted).append(client)
             while len(self._idle) > MAX_CLIENTS:
                 _, clients = self._idle.popitem(last=False)
                 evicted.extend(clients)
