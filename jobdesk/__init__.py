@@ -27,8 +27,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
-from jobdesk.shared.core.errors import (
+from jobdesk import _layout
+
+_layout.install()  # a checkout: the root folders are jobdesk.shared, .worker, .dashboard
+
+from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many  # noqa: E402
+from jobdesk.shared.core.errors import (  # noqa: E402
     PermanentError,
     RetryAfter,
     SchemaMissingError,

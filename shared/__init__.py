@@ -12,3 +12,8 @@
 
 Apps need only `jobdesk.enqueue` / `jobdesk.enqueue_many`.
 """
+
+if __name__ != "jobdesk.shared":  # `import shared` would load a second copy of each module
+    raise ImportError(
+        f"import jobdesk.shared, not {__name__}: Jobdesk's only import name is `jobdesk`"
+    )

@@ -13,10 +13,12 @@ Pure functions over rows already read (`queries.job_detail` reads them); no SQL 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.core.masking import fingerprint
@@ -25,11 +27,17 @@ from jobdesk.shared.core.masking import fingerprint
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]*)", line \d+')
 #: Where the stack starts in a stored error: Python's header or the first frame line.
 _STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|\s+File ")')
-#: A frame's path inside the installed jobdesk package (a wheel's site-packages, or a
-#: checkout's `jobdesk/` folder of symlinks): the package directory, then one of its
-#: subpackages or one of its top-level modules.
+#: A frame's path inside an installed jobdesk package (a wheel's or sdist's site-packages):
+#: the package directory, then one of its subpackages or one of its top-level modules.
 _OWN_PATH = re.compile(
     r"(?:^|[/\\])jobdesk[/\\](?:(?:worker|shared|dashboard|cli|demo)[/\\].*|[^/\\]+\.py)$"
+)
+#: This installation's own folders: in a checkout the root folders sit beside `jobdesk/`
+#: (`<checkout>/shared/core/claim.py`), a path the pattern above cannot tell from an
+#: app's own `shared/` package.
+_BASE = Path(__file__).resolve().parents[2]
+_OWN_FOLDERS = tuple(
+    f"{_BASE / name}{os.sep}" for name in ("shared", "worker", "dashboard", "jobdesk")
 )
 
 
@@ -68,7 +76,7 @@ class AttemptLine:
 
 def is_own_frame(path: str) -> bool:
     """True for a frame in the jobdesk package (not the application's or a library's)."""
-    return _OWN_PATH.search(path) is not None
+    return path.startswith(_OWN_FOLDERS) or _OWN_PATH.search(path) is not None
 
 
 def split_error(error: str) -> tuple[str, str, tuple[StackPart, ...]]:

@@ -1,11 +1,12 @@
-"""The built wheel, installed into a fresh virtualenv beside a host app that has its own
-`shared` and `worker` packages, a stray `migrations/env.py`, its own Alembic history and
-its own `jobs`, `users`, `alerts` and `workers` tables.
+"""The built artifacts — the sdist and the wheel built from it, as `python -m build` makes
+them — each installed into a fresh virtualenv beside a host app that has its own `shared`
+and `worker` packages, a stray `migrations/env.py`, its own Alembic history and its own
+`jobs`, `users`, `alerts` and `workers` tables.
 
 The app migrates its own schema, then `jobdesk migrate`; a sign-up enqueues in the app's
 transaction with `from jobdesk import enqueue`; `jobdesk worker` runs the app's job
-module; gunicorn serves a dashboard page — and the app's tables and history are
-untouched. This is the installation a user gets, not the checkout.
+module; gunicorn serves the dashboard (`/healthz` and a page) — and the app's tables and
+history are untouched. This is the installation a user gets, not the checkout.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 import zipfile
@@ -45,35 +47,41 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 180
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`python -m build`: the sdist, then the wheel built from that sdist."""
     out = tmp_path_factory.mktemp("dist")
     run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
         cwd=ROOT,
         env=dict(os.environ),
     )
-    [built] = out.glob("jobdesk-*.whl")
-    return built
+    [sdist] = out.glob("jobdesk-*.tar.gz")
+    [wheel] = out.glob("jobdesk-*.whl")
+    return {"sdist": sdist, "wheel": wheel}
 
 
 @pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with nothing but the wheel and its dependencies."""
-    path = tmp_path_factory.mktemp("venv") / "env"
-    run([sys.executable, "-m", "venv", str(path)], cwd=ROOT, env=dict(os.environ))
-    run(
-        [
-            str(path / "bin" / "pip"),
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            str(wheel),
-        ],
-        cwd=ROOT,
-        env=dict(os.environ),
-        timeout=600,
-    )
-    return path
+def wheel(dist: dict[str, Path]) -> Path:
+    return dist["wheel"]
+
+
+_VENVS: dict[str, Path] = {}
+
+
+@pytest.fixture
+def venv(
+    request: pytest.FixtureRequest, dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A fresh virtualenv with nothing but the artifact and its dependencies (one per
+    artifact for the module; `pip install jobdesk-X.tar.gz` builds the wheel itself)."""
+    kind: str = request.param
+    if kind not in _VENVS:
+        path = tmp_path_factory.mktemp(f"venv-{kind}") / "env"
+        run([sys.executable, "-m", "venv", str(path)], cwd=ROOT, env=dict(os.environ))
+        pip = [str(path / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+        run([*pip, str(dist[kind])], cwd=ROOT, env=dict(os.environ), timeout=600)
+        _VENVS[kind] = path
+    return _VENVS[kind]
 
 
 def test_the_wheels_only_top_level_package_is_jobdesk(wheel: Path) -> None:
@@ -87,7 +95,20 @@ def test_the_wheels_only_top_level_package_is_jobdesk(wheel: Path) -> None:
     assert not [name for name in names if "__pycache__" in name]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+def test_the_sdist_ships_the_root_folders_as_real_files(dist: dict[str, Path]) -> None:
+    with tarfile.open(dist["sdist"]) as archive:
+        members = archive.getmembers()
+    links = [member.name for member in members if member.issym() or member.islnk()]
+    assert links == []
+    names = {member.name.split("/", 1)[1] for member in members if "/" in member.name}
+    for shipped in ("shared/__init__.py", "worker/runner.py", "dashboard/app.py",
+                    "templates/layout/base.html", "static/dashboard.css",
+                    "migrations/env.py", "alembic.ini", "jobdesk/_layout.py"):  # fmt: skip
+        assert shipped in names, shipped
+    assert not [name for name in names if name.startswith(("tests/", "bench/"))]
+
+
+@pytest.fixture
 def app_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'app.db'}"
@@ -129,6 +150,12 @@ def scalar(url: str, sql: str) -> Any:
         engine.dispose()
 
 
+# The sdist's installation is the same package as the wheel's: one database shows it.
+@pytest.mark.parametrize(
+    ("venv", "app_database"),
+    [("wheel", "sqlite"), ("wheel", "postgresql"), ("sdist", "sqlite")],
+    indirect=True,
+)
 def test_jobdesk_lives_inside_a_host_app(venv: Path, app_database: str, tmp_path: Path) -> None:
     app = tmp_path / "app"
     shutil.copytree(HOST_APP, app)
@@ -190,10 +217,12 @@ def test_jobdesk_lives_inside_a_host_app(venv: Path, app_database: str, tmp_path
             stderr=subprocess.STDOUT,
         )
         try:
+            health = _get(f"http://127.0.0.1:{port}/healthz", until=time.monotonic() + 30)
             page = _get(f"http://127.0.0.1:{port}/login", until=time.monotonic() + 30)
         finally:
             gunicorn.terminate()
             gunicorn.wait(20)
+    assert "ok" in health.lower()
     assert "Jobdesk" in page
     assert 'href="/static/' in page or "/static/" in page
 
