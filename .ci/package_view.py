@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEW = ROOT / "build" / "package-view"
-MAPPED = ("shared", "worker", "dashboard", "templates", "static", "migrations", "alembic.ini")
+MAPPED = ("shared", "worker", "dashboard", "templates", "static", "migrations")
 _VIEW_PATH = re.compile(r"(?<![\w/.-])jobdesk/(" + "|".join(map(re.escape, MAPPED)) + r")\b")
 
 

@@ -1,4 +1,4 @@
-"""Files Jobdesk ships beside its code: templates, static files, migrations, alembic.ini.
+"""Files Jobdesk ships beside its code: templates, static files, the migrations.
 
 They sit next to the `shared` package itself: in an installed wheel or sdist that is the
 `jobdesk/` package directory (the build maps the repository's root folders under it), in

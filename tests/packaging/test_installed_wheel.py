@@ -89,8 +89,9 @@ def test_the_wheels_only_top_level_package_is_jobdesk(wheel: Path) -> None:
         tops = {name.split("/", 1)[0] for name in archive.namelist()}
         names = archive.namelist()
     assert tops == {"jobdesk", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for asset in ("jobdesk/migrations/env.py", "jobdesk/templates/layout/base.html",
-                  "jobdesk/templates/email/welcome.txt", "jobdesk/alembic.ini"):  # fmt: skip
+    for asset in ("jobdesk/migrations/env.py", "jobdesk/migrations/alembic.ini",
+                  "jobdesk/templates/layout/base.html",
+                  "jobdesk/templates/email/welcome.txt"):  # fmt: skip
         assert asset in names, asset
     assert not [name for name in names if "__pycache__" in name]
 
@@ -103,7 +104,8 @@ def test_the_sdist_ships_the_root_folders_as_real_files(dist: dict[str, Path]) -
     names = {member.name.split("/", 1)[1] for member in members if "/" in member.name}
     for shipped in ("shared/__init__.py", "worker/runner.py", "dashboard/app.py",
                     "templates/layout/base.html", "static/dashboard.css",
-                    "migrations/env.py", "alembic.ini", "jobdesk/_layout.py"):  # fmt: skip
+                    "migrations/env.py", "migrations/alembic.ini",
+                    "jobdesk/_layout.py"):  # fmt: skip
         assert shipped in names, shipped
     assert not [name for name in names if name.startswith(("tests/", "bench/"))]
 

@@ -86,12 +86,12 @@ def test_a_clone_without_symlink_support_imports_and_finds_its_assets(tmp_path: 
         "from jobdesk.shared.migrate import upgrade\n"
         "print(jobdesk.worker.runner.__file__)\n"
         "print(asset_path('templates', 'layout', 'base.html'))\n"
-        "print(asset_path('alembic.ini'))\n"
+        "print(asset_path('migrations', 'alembic.ini'))\n"
     )
     done = _python(code, cwd=tmp_path, pythonpath=clone)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
         str(clone / "worker" / "runner.py"),
         str(clone / "templates" / "layout" / "base.html"),
-        str(clone / "alembic.ini"),
+        str(clone / "migrations" / "alembic.ini"),
     ]
