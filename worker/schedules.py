@@ -1,10 +1,12 @@
 """Recurring jobs declared in code: `@job(..., cron=…|every=…)` and `jobdesk.schedule()`.
 
-A `ScheduleSpec` says what to enqueue and when; APScheduler's trigger classes compute
-the slots (a 5-field cron expression in a time zone, or every N seconds counted from
-the Unix epoch, so every host agrees on the slots without talking to the others). The
-worker stores its specs at start (`shared.schedules.store.sync_declared`) and the
-maintenance leader fires them (`maintenance.periodic`).
+A `ScheduleSpec` says what to enqueue and when: a 5-field cron expression in a time zone
+(`cron_clock.CronClock`: one run per wall-clock slot for fixed-time expressions across
+daylight-saving changes, every real match for wildcard ones), or every N seconds counted
+from the Unix epoch (APScheduler's `IntervalTrigger`) — so every host agrees on the slots
+without talking to the others. The worker stores its specs at start
+(`shared.schedules.store.sync_declared`) and the maintenance leader fires them
+(`maintenance.periodic`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from jobdesk.shared.core import validation
 from jobdesk.shared.schedules.store import Declared
+from jobdesk.worker.cron_clock import CronClock
 
 __all__ = ["ScheduleSpec", "describe_cron"]
 
@@ -53,9 +56,12 @@ class ScheduleSpec:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"schedule {self.name!r}: unknown time zone {self.tz!r}") from None
-        self.trigger()  # a bad cron expression fails at declaration, naming the schedule
+        _ = self.clock  # a bad cron expression fails at declaration, naming the schedule
 
-    def trigger(self) -> CronTrigger | IntervalTrigger:
+    @cached_property
+    def clock(self) -> CronClock | IntervalTrigger:
+        """What computes the slots: the cron expression on its zone's wall clock, or
+        the interval counted from the epoch."""
         if self.cron is not None:
             if len(self.cron.split()) != 5:
                 raise ValueError(
@@ -64,13 +70,8 @@ class ScheduleSpec:
                 )
             minute, hour, day, month, weekday = self.cron.split()
             try:
-                return CronTrigger(
-                    minute=minute,
-                    hour=hour,
-                    day=day,
-                    month=month,
-                    day_of_week=apscheduler_weekdays(weekday),
-                    timezone=ZoneInfo(self.tz),
+                return CronClock(
+                    minute, hour, day, month, apscheduler_weekdays(weekday), ZoneInfo(self.tz)
                 )
             except ValueError as exc:
                 raise ValueError(f"schedule {self.name!r}: cron {self.cron!r}: {exc}") from None
@@ -79,15 +80,23 @@ class ScheduleSpec:
 
     def next_after(self, moment: datetime) -> datetime:
         """The first slot strictly after `moment`."""
-        fire: datetime | None = self.trigger().get_next_fire_time(
-            None, moment + timedelta(microseconds=1)
-        )
-        assert fire is not None, "cron and interval triggers never run out"
+        clock = self.clock
+        if isinstance(clock, CronClock):
+            return clock.next_after(moment)
+        fire: datetime | None = clock.get_next_fire_time(None, moment + timedelta(microseconds=1))
+        assert fire is not None, "interval triggers never run out"
         return fire.astimezone(UTC)
 
     def slots(self, first: datetime, now: datetime) -> list[datetime]:
         """The slots to fire now for a schedule due at `first`: every one up to `now` with
-        `catch_up` (at most `MAX_CATCH_UP` per pass), otherwise only the latest."""
+        `catch_up` (at most `MAX_CATCH_UP` per pass), otherwise only the latest. Empty
+        when `first` repeats a wall-clock slot that already ran (planned by a version
+        that ran both occurrences of a repeated hour) and nothing else is due yet."""
+        clock = self.clock
+        if isinstance(clock, CronClock) and clock.repeats_a_slot(first):
+            first = self.next_after(first)
+            if first > now:
+                return []
         found = [first]
         while len(found) < MAX_CATCH_UP + 1:
             following = self.next_after(found[-1])

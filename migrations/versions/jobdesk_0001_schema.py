@@ -158,6 +158,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_effects")),
         sa.UniqueConstraint("key", name=op.f("uq_jobdesk_effects_key")),
     )
+    with op.batch_alter_table("jobdesk_effects", schema=None) as batch_op:
+        batch_op.create_index("ix_jobdesk_effects_job_id", ["job_id"], unique=False)
+
     op.create_table(
         "jobdesk_jobs",
         sa.Column(
@@ -983,6 +986,9 @@ def downgrade() -> None:
         )
 
     op.drop_table("jobdesk_jobs")
+    with op.batch_alter_table("jobdesk_effects", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobdesk_effects_job_id")
+
     op.drop_table("jobdesk_effects")
     op.drop_table("jobdesk_circuit_breakers")
     with op.batch_alter_table("jobdesk_audit_log", schema=None) as batch_op:

@@ -354,7 +354,11 @@ class Effect(Base):
     state: Mapped[str] = mapped_column(sa.String(16), server_default=EffectState.DONE.value)
     lease_token: Mapped[int | None] = mapped_column(sa.BigInteger)
 
-    __table_args__ = (sa.CheckConstraint(in_list("state", sorted(EffectState)), name="state"),)
+    __table_args__ = (
+        sa.CheckConstraint(in_list("state", sorted(EffectState)), name="state"),
+        # Retention deletes a job's ledger rows with the job, a batch of ids at a time.
+        sa.Index("ix_jobdesk_effects_job_id", "job_id"),
+    )
 
 
 class Lease(Base):

@@ -11,10 +11,16 @@ Policy (`RetentionPolicy`, each configurable with `JOBDESK_RETENTION_<NAME>`;
 | report runs + files past `expires_at`  | on       | `JOBDESK_RETENTION_REPORTS`           |
 | resolved alerts                        | never    | `JOBDESK_RETENTION_ALERTS_DAYS`       |
 | audit log entries                      | never    | `JOBDESK_RETENTION_AUDIT_DAYS`        |
+| effects-ledger rows without a job      | 30 days  | `JOBDESK_RETENTION_EFFECTS_DAYS`      |
 
 Unresolved dead letters are never deleted: a human has not decided yet. A job's attempts
 (by trigger: `jobdesk.shared.core.attempt_cleanup`) and webhook delivery log (`ON DELETE
-CASCADE`) go with it; a pruned dead or cancelled job,
+CASCADE`) go with it, and so do its effects-ledger rows (`jobdesk_effects`): the ledger
+remembers an effect as long as the job that did it, as the job's idempotency key is taken
+as long as the job exists. Only a retry still carrying the pruned job's key takes its
+done effects over, so it still skips them. Ledger rows that belong to no job — recorded
+outside a job, or left by a job deleted by hand — go by age. A pruned dead or cancelled
+job,
 or a pruned retry, leaves a tombstone (id, type, final state, the decision: who, when,
 why) in `jobdesk_job_tombstones`, so the audit trail and a retry's `retried_from_id` still
 lead somewhere.
@@ -34,7 +40,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import AlertStatus, alerts
 from jobdesk.shared.core.audit import audit_log
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.models import job_tombstones
@@ -47,10 +53,12 @@ def cutoff(now: datetime, days: float) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One batch's result: rows deleted and the cursor to continue after."""
+    """One batch's result: rows deleted and the cursor to continue after (and, for jobs,
+    the effects-ledger rows deleted with them)."""
 
     deleted: int
     last_id: int | None
+    effects: int = 0
 
 
 def _delete_ids(conn: sa.Connection, table: sa.Table, ids: list[int], guard: Any) -> int:
@@ -86,9 +94,68 @@ def prune_jobs_batch(
             sa.select(jobs.c.id).where(guard, jobs.c.id > after_id).order_by(jobs.c.id).limit(limit)
         ).scalars()
     )
-    if ids:
-        _bury(conn, ids, guard, status, now or older_than)
-    return Batch(_delete_ids(conn, jobs, ids, guard), ids[-1] if ids else None)
+    if not ids:
+        return Batch(0, None)
+    _bury(conn, ids, guard, status, now or older_than)
+    _hand_effects_to_retries(conn, ids)
+    deleted = _delete_ids(conn, jobs, ids, guard)
+    return Batch(deleted, ids[-1], _delete_effects_of_deleted(conn, ids))
+
+
+#: Retry generations followed in one batch (a retry of a retry of …); real chains are short.
+MAX_RETRY_GENERATIONS = 20
+
+
+def _hand_effects_to_retries(conn: sa.Connection, ids: list[int]) -> None:
+    """Done effects of jobs about to go whose retry stays pass to that retry: it carries
+    the same idempotency key and counts on the ledger to skip what its original did."""
+    retry = jobs.alias("retry")
+    successor = (
+        sa.select(sa.func.min(retry.c.id))
+        .where(retry.c.retried_from_id == effects.c.job_id)
+        .scalar_subquery()
+    )
+    # A row handed to a retry that goes in this batch too moves on in the next pass.
+    for _ in range(MAX_RETRY_GENERATIONS):
+        moved = conn.execute(
+            sa.update(effects)
+            .where(
+                effects.c.job_id.in_(ids),
+                effects.c.state == EffectState.DONE.value,
+                sa.exists().where(retry.c.retried_from_id == effects.c.job_id),
+            )
+            .values(job_id=successor)
+        )
+        if not moved.rowcount:
+            return
+
+
+def _delete_effects_of_deleted(conn: sa.Connection, ids: list[int]) -> int:
+    """Delete the ledger rows of the jobs of `ids` that are gone (a job the guard kept
+    keeps its rows)."""
+    kept = sa.select(jobs.c.id).where(jobs.c.id.in_(ids))
+    result = conn.execute(
+        sa.delete(effects).where(effects.c.job_id.in_(ids), effects.c.job_id.not_in(kept))
+    )
+    return int(result.rowcount or 0)
+
+
+def prune_unowned_effects_batch(
+    conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
+) -> Batch:
+    """Delete effects-ledger rows recorded before `older_than` that belong to no job (no
+    job id, or their job no longer exists). A job's own rows go with the job."""
+    owned = sa.exists().where(jobs.c.id == effects.c.job_id)
+    guard = sa.and_(effects.c.created_at < older_than, ~owned)
+    ids = list(
+        conn.execute(
+            sa.select(effects.c.id)
+            .where(guard, effects.c.id > after_id)
+            .order_by(effects.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    return Batch(_delete_ids(conn, effects, ids, guard), ids[-1] if ids else None)
 
 
 _TOMBSTONE_COLUMNS = (
@@ -205,4 +272,7 @@ def describe(policy: RetentionPolicy) -> list[dict[str, Any]]:
          "env": "JOBDESK_RETENTION_ALERTS_DAYS"},
         {"what": "audit log", "kept": days(policy.audit_days),
          "env": "JOBDESK_RETENTION_AUDIT_DAYS"},
+        {"what": "effects ledger", "kept": "as long as its job", "env": None},
+        {"what": "effects ledger rows without a job", "kept": days(policy.effects_days),
+         "env": "JOBDESK_RETENTION_EFFECTS_DAYS"},
     ]  # fmt: skip

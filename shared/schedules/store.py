@@ -1,12 +1,14 @@
 """Schedules in the database: declare, read, fire, pause, resume, run now.
 
-Times are computed by the worker (APScheduler's triggers); this module only stores and
+Times are computed by the worker (`worker.schedules`); this module only stores and
 compares them, so the dashboard and the CLI read schedules without a scheduler library.
 
 Exactly one job per slot, across leader hand-overs, restarts and hosts: a fired slot's
 job carries the idempotency key `schedule:<name>:<slot>` (a second leader firing the same
 slot gets the existing job back), and advancing `next_run_at` is a compare-and-set on
-the value the leader read, so two leaders cannot both move a schedule forward.
+the value the leader read, so two leaders cannot both move a schedule forward. `<slot>`
+is the UTC instant the slot runs at; in a zone with daylight saving time a fixed-time
+cron's repeated wall-clock slot has one instant (its first occurrence), so one key.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "list_schedules",
     "pause",
     "recent_runs",
+    "reschedule",
     "resume",
     "run_now",
     "slot_key",
@@ -212,6 +215,19 @@ def advance(
             last_job_id=job_id,
             updated_at=now,
         )
+    )
+    return bool(result.rowcount)
+
+
+def reschedule(
+    conn: sa.Connection, name: str, *, expected_next: datetime, next_run_at: datetime, now: datetime
+) -> bool:
+    """Move `next_run_at` on without a job (the stored slot needs none) — only if nobody
+    else moved it (compare-and-set)."""
+    result = conn.execute(
+        sa.update(schedules)
+        .where(_s.name == name, _s.next_run_at == expected_next)
+        .values(next_run_at=next_run_at, updated_at=now)
     )
     return bool(result.rowcount)
 

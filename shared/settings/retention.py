@@ -1,7 +1,8 @@
 """Retention settings: how long finished things are kept (`JOBDESK_RETENTION_<NAME>`).
 
 Days accept fractions; `never`/`off` keeps forever. Unresolved dead letters are never
-deleted, whatever the settings: a human has not decided yet.
+deleted, whatever the settings: a human has not decided yet. A job's effects-ledger rows
+are kept exactly as long as the job; `effects_days` covers rows that belong to no job.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ class RetentionPolicy:
     )
     audit_days: float | None = setting(
         None, "audit log entries", never=True, positive=True, shown_default="never"
+    )
+    #: A job's effects-ledger rows go with the job; this is for rows with no job to
+    #: follow (recorded outside a job, or left by a job deleted by hand).
+    effects_days: float | None = setting(
+        30.0,
+        "effects-ledger rows without a job (recorded outside one), by record time",
+        never=True,
+        positive=True,
     )
     batch_size: int = setting(1000, "rows per delete transaction", minimum=1)
     #: Per category and run; the rest waits for the next run so one run stays bounded.

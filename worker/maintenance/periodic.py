@@ -3,7 +3,9 @@
 Run by the maintenance leader every second. For each due schedule it enqueues the
 slot's job (idempotency key `schedule:<name>:<slot>`) and moves `next_run_at` on with a
 compare-and-set, in one transaction: a leader that lost the race rolls back and the
-job it would have added already exists under the same key. After downtime only the
+job it would have added already exists under the same key. A cron schedule in a zone
+with daylight saving time gets one job per wall-clock slot for fixed-time expressions
+and one per real match for wildcard ones (`worker.cron_clock`). After downtime only the
 latest missed slot runs, unless the schedule says `catch_up` (then every missed slot,
 up to 100 per pass). The leader fires what the database holds — schedules declared by
 any worker, in any version — computing the slots with APScheduler's triggers.
@@ -21,7 +23,14 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from jobdesk.shared.schedules.store import ScheduleRow, advance, due, enqueue_slot, sync_declared
+from jobdesk.shared.schedules.store import (
+    ScheduleRow,
+    advance,
+    due,
+    enqueue_slot,
+    reschedule,
+    sync_declared,
+)
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.schedules import ScheduleSpec
 
@@ -62,6 +71,17 @@ def _fire(engine: sa.Engine, row: ScheduleRow, now: datetime) -> int:
         row.name, row.job_type, row.cron, row.every_seconds, row.timezone, row.catch_up
     )
     slots = spec.slots(row.next_run_at, now)
+    if not slots:
+        # The stored slot repeats a wall-clock time that already ran: move on, no job.
+        with engine.begin() as conn:
+            reschedule(
+                conn,
+                row.name,
+                expected_next=row.next_run_at,
+                next_run_at=spec.next_after(max(now, row.next_run_at)),
+                now=now,
+            )
+        return 0
     with engine.connect() as conn:
         transaction = conn.begin()
         try:

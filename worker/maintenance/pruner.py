@@ -5,6 +5,8 @@ an id cursor, one transaction per batch, at most `JOBDESK_RETENTION_MAX_BATCHES`
 per category and run — a large backlog is worked off over several runs instead of one
 long lock-holding DELETE. Unresolved dead letters are never touched (see
 `jobdesk.shared.retention.pruning`). Expired report files are removed from disk before their rows.
+A job's effects-ledger rows go in its batch (counted as `job_effects`); ledger rows that
+belong to no job go by age (`unowned_effects`).
 """
 
 from __future__ import annotations
@@ -95,6 +97,17 @@ def run_once(engine: sa.Engine, now: datetime | None, settings: Settings) -> Pru
             policy,
             result,
         )
+    if policy.effects_days is not None:
+        older_effects = retention.cutoff(now, policy.effects_days)
+        _drain(
+            engine,
+            "unowned_effects",
+            lambda conn, after: retention.prune_unowned_effects_batch(
+                conn, older_effects, after_id=after, limit=policy.batch_size
+            ),
+            policy,
+            result,
+        )
     if policy.reports:
         _drain(
             engine,
@@ -128,6 +141,8 @@ def _drain(
             return
         result.batches[name] = result.batches.get(name, 0) + 1
         result.deleted[name] = result.deleted.get(name, 0) + batch.deleted
+        if batch.effects:
+            result.deleted["job_effects"] = result.deleted.get("job_effects", 0) + batch.effects
         cursor = batch.last_id
         if batch.deleted < policy.batch_size:
             return  # a short batch: nothing left behind the cursor
