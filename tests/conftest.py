@@ -4,10 +4,14 @@ Every test that takes `engine` (or `conn`) runs twice: on SQLite and on PostgreS
 
 - SQLite: the schema is migrated once into a template file; each test gets a copy.
 - PostgreSQL (`JOBDESK_TEST_POSTGRES_URL`, default the local `test` database's server):
-  one database per test process (`jobdesk_test_<pid>`), migrated once and emptied with
-  TRUNCATE before each test, so tests may use as many connections and processes as
-  they like. With `CI=true` an unreachable PostgreSQL fails the run; elsewhere those
-  tests are skipped with the reason.
+  one database per test process (`jobdesk_test_<pid>`), migrated once and emptied before
+  each test, so tests may use as many connections and processes as they like. Emptying
+  deletes the rows of the tables the last test wrote to and rewinds the sequences it
+  advanced: about 7 ms, where a TRUNCATE of all 23 tables took 0.24 s and a fresh clone
+  of a template database 0.49 s (the same machine, same run). With `CI=true` an
+  unreachable PostgreSQL fails the run; elsewhere those tests are skipped with the reason.
+- `postgresql_only` / `sqlite_only` tests are deselected for the other database at
+  collection, not skipped at run time.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ def pg_url() -> Iterator[str]:
     upgrade(engine)
     engine.dispose()
     yield url
+    resetter = _resetters.pop(url, None)
+    if resetter is not None:
+        resetter.dispose()
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
@@ -76,20 +83,61 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _truncate_all(url: str) -> None:
-    engine = make_engine(url, pool_size=1)
-    tables = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
+#: One query naming the tables that hold rows (an EXISTS per table: cheap when empty).
+_DIRTY_TABLES = sa.text(
+    " UNION ALL ".join(
+        f"SELECT '{t.name}' WHERE EXISTS (SELECT 1 FROM \"{t.name}\")"
+        for t in metadata.sorted_tables
+    )
+)
+_REWIND_SEQUENCES = sa.text(
+    "SELECT setval(format('%I.%I', schemaname, sequencename)::regclass, 1, false) "
+    "FROM pg_sequences WHERE schemaname = current_schema() AND last_value IS NOT NULL"
+)
+_resetters: dict[str, sa.Engine] = {}
+
+
+def _empty_postgresql(url: str) -> None:
+    """Delete every row the previous test left and rewind the sequences it used. Triggers
+    and foreign keys are off for the deletes (`session_replication_role`, as superuser),
+    so the tables go in any order and the counts triggers do not fire; a role that may
+    not do that truncates the written tables instead."""
+    engine = _resetters.get(url)
+    if engine is None:
+        engine = _resetters[url] = make_engine(url, pool_size=1)
     with engine.begin() as conn:
-        conn.execute(sa.text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
-    engine.dispose()
+        dirty = [row[0] for row in conn.execute(_DIRTY_TABLES)]
+        if dirty:
+            try:
+                with conn.begin_nested():
+                    conn.execute(sa.text("SET LOCAL session_replication_role = replica"))
+            except sa.exc.ProgrammingError:
+                listed = ", ".join(f'"{name}"' for name in dirty)
+                conn.execute(sa.text(f"TRUNCATE {listed} RESTART IDENTITY CASCADE"))
+            else:
+                for name in dirty:
+                    conn.execute(sa.text(f'DELETE FROM "{name}"'))
+        conn.execute(_REWIND_SEQUENCES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect `postgresql_only` tests on SQLite and `sqlite_only` tests on PostgreSQL."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("backend") if callspec is not None else None
+        wrong = (backend == "sqlite" and item.get_closest_marker("postgresql_only")) or (
+            backend == "postgresql" and item.get_closest_marker("sqlite_only")
+        )
+        (dropped if wrong else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    for marker, only in (("postgresql_only", "postgresql"), ("sqlite_only", "sqlite")):
-        if request.node.get_closest_marker(marker) and name != only:
-            pytest.skip(f"{marker}: not applicable to {name}")
     return name
 
 
@@ -98,7 +146,7 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database of the current backend, private to this test."""
     if backend == "postgresql":
         url: str = request.getfixturevalue("pg_url")
-        _truncate_all(url)
+        _empty_postgresql(url)
         return url
     template: Path = request.getfixturevalue("sqlite_template")
     target = tmp_path / "jobdesk.db"
