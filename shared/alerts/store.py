@@ -31,8 +31,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
 from jobdesk.shared.alerts.links import alert_links
 from jobdesk.shared.alerts.models import AlertStatus, alerts
@@ -44,7 +42,7 @@ from jobdesk.shared.alerts.rules import (
     type_subject,
 )
 from jobdesk.shared.core.audit import AuditAction, audit_log
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.enqueue import enqueue
 from jobdesk.shared.core.job_types import defaults_for
 from jobdesk.shared.core.models import KEY_LENGTH
@@ -210,9 +208,9 @@ def _insert_open(
 ) -> int | None:
     row = {"rule": finding.rule, "subject": finding.subject, "status": OPEN, "opened_at": now}
     row.update(values)
-    dialect_insert = pg.insert if is_postgresql(conn) else sqlite.insert
     statement = (
-        dialect_insert(alerts)
+        driver(conn)
+        .insert(alerts)
         .values(**row)
         .on_conflict_do_nothing(
             index_elements=[alerts.c.rule, alerts.c.subject],

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import NAME_LENGTH, leases
 
 LEADER = "leader"
@@ -48,7 +46,7 @@ def acquire_lease(
 ) -> bool:
     """Take or renew lease `name` for `holder` until `now + ttl`; True when held."""
     _check(name, holder, ttl)
-    insert = pg.insert(leases) if is_postgresql(conn) else sqlite.insert(leases)
+    insert = driver(conn).insert(leases)
     expires = now + ttl
     statement = (
         insert.values(name=name, holder=holder, acquired_at=now, expires_at=expires)

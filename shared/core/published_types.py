@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import missing_schema
 from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.models import published_job_types
@@ -73,11 +71,7 @@ def publish_defaults(
         for name, value in sorted(defaults.items())
         if name in previous and previous[name].defaults != value
     ]
-    insert = (
-        pg.insert(published_job_types)
-        if is_postgresql(conn)
-        else sqlite.insert(published_job_types)
-    )
+    insert = driver(conn).insert(published_job_types)
     rows = [
         {
             "job_type": name,

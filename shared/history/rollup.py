@@ -33,10 +33,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.shared.history.models import history_hours, history_minutes, history_watermark
@@ -136,13 +134,11 @@ def _roll_chunk(conn: sa.Connection, now: datetime) -> tuple[int, int, bool]:
 
 
 def _ensure_watermark(conn: sa.Connection) -> None:
-    insert = (
-        pg.insert(history_watermark) if is_postgresql(conn) else sqlite.insert(history_watermark)
-    )
     conn.execute(
-        insert.values(name=WATERMARK, last_attempt_id=0).on_conflict_do_nothing(
-            index_elements=[_w.name]
-        )
+        driver(conn)
+        .insert(history_watermark)
+        .values(name=WATERMARK, last_attempt_id=0)
+        .on_conflict_do_nothing(index_elements=[_w.name])
     )
 
 
@@ -160,19 +156,6 @@ def _move_watermark(
     return bool(result.rowcount)
 
 
-def _minute(conn: sa.Connection) -> Any:
-    if is_postgresql(conn):
-        return sa.func.date_trunc("minute", sa.func.timezone("UTC", _a.finished_at))
-    # Stored as fixed-width UTC text: the first 16 characters are "YYYY-MM-DD HH:MM".
-    return sa.func.substr(_a.finished_at, 1, 16)
-
-
-def _wait_seconds(conn: sa.Connection) -> Any:
-    if is_postgresql(conn):
-        return sa.func.extract("epoch", _a.started_at - _j.next_run_at)
-    return (sa.func.julianday(_a.started_at) - sa.func.julianday(_j.next_run_at)) * 86400.0
-
-
 def _aggregate(
     conn: sa.Connection, after: int, upto: int, *, horizon: datetime
 ) -> list[dict[str, Any]]:
@@ -181,8 +164,8 @@ def _aggregate(
     died = sa.and_(failed, last, _j.status == JobStatus.DEAD.value)
     # Only the latest attempt's runnable moment is still on the job (see the module doc).
     known = sa.and_(last, _a.started_at.is_not(None), _j.next_run_at <= _a.started_at)
-    wait = _wait_seconds(conn)
-    minute = _minute(conn).label("minute")
+    wait = driver(conn).seconds_between(_a.started_at, _j.next_run_at)
+    minute = driver(conn).utc_truncated(_a.finished_at, "minute").label("minute")
 
     def count(condition: Any) -> Any:
         return sa.func.sum(sa.case((condition, 1), else_=0))
@@ -257,15 +240,9 @@ def _add(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> No
     """Add the counts to existing buckets (an attempt arriving late joins its minute)."""
     if not rows:
         return
-    insert = pg.insert(table) if is_postgresql(conn) else sqlite.insert(table)
+    insert = driver(conn).insert(table)
     new, old = insert.excluded, table.c
-    if is_postgresql(conn):
-        worst = sa.func.greatest(old.wait_seconds_max, new.wait_seconds_max)
-    else:  # SQLite's two-argument max() is NULL when either side is
-        worst = sa.func.max(
-            sa.func.coalesce(old.wait_seconds_max, new.wait_seconds_max),
-            sa.func.coalesce(new.wait_seconds_max, old.wait_seconds_max),
-        )
+    worst = driver(conn).greatest(old.wait_seconds_max, new.wait_seconds_max)
     statement = insert.on_conflict_do_update(
         index_elements=list(table.primary_key.columns),
         set_={

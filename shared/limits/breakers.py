@@ -24,10 +24,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import KEY_LENGTH
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers
@@ -168,9 +166,9 @@ def record_success(conn: sa.Connection, key: str, now: datetime) -> None:
 
 
 def _ensure_row(conn: sa.Connection, key: str, now: datetime) -> None:
-    insert = pg.insert if is_postgresql(conn) else sqlite.insert
     conn.execute(
-        insert(circuit_breakers)
+        driver(conn)
+        .insert(circuit_breakers)
         .values(key=key, state=CLOSED, consecutive_failures=0, updated_at=now)
         .on_conflict_do_nothing(index_elements=[_bc.key])
     )
@@ -178,9 +176,7 @@ def _ensure_row(conn: sa.Connection, key: str, now: datetime) -> None:
 
 def _locked_row(conn: sa.Connection, key: str) -> Any:
     query = sa.select(circuit_breakers).where(_bc.key == key)
-    if is_postgresql(conn):
-        query = query.with_for_update()
-    return conn.execute(query).one()
+    return conn.execute(driver(conn).for_update(query)).one()
 
 
 def record_failure(

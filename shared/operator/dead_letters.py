@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core import job_counts
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.filters import JobFilters
@@ -211,11 +211,7 @@ def dead_trend(
     """Jobs that went dead per hour over the last `hours`, oldest bucket first."""
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
-    if is_postgresql(conn):
-        bucket = sa.func.date_trunc("hour", sa.func.timezone("UTC", jobs.c.finished_at))
-    else:
-        # Stored as fixed-width UTC text: the first 13 characters are "YYYY-MM-DD HH".
-        bucket = sa.func.substr(jobs.c.finished_at, 1, 13)
+    bucket = driver(conn).utc_truncated(jobs.c.finished_at, "hour")
     query = (
         sa.select(bucket.label("bucket"), sa.func.count().label("n"))
         .where(jobs.c.status == inline(JobStatus.DEAD.value), jobs.c.finished_at >= start)

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.history.models import history_hours, history_minutes
 from jobdesk.shared.history.rollup import watermark
 from jobdesk.shared.operator.filters import choice_param, name_param
@@ -131,13 +131,7 @@ def _bucket_key(conn: sa.Connection, moment: Any, step: timedelta) -> Any:
     """Which bucket a minute falls in: its UTC epoch seconds divided by the step, floored
     (half a minute added, so float rounding never drops a whole minute into the previous
     bucket). Cheap on both databases: one float expression per row."""
-    seconds = int(step.total_seconds())
-    if is_postgresql(conn):
-        since = sa.func.date_part("epoch", moment)
-        return sa.cast(sa.func.floor((since + 30.0) / seconds), sa.BigInteger)
-    # Epoch seconds are positive, so truncating is flooring (and needs no math functions).
-    epoch = (sa.func.julianday(moment) - 2440587.5) * 86400.0
-    return sa.cast((epoch + 30.0) / seconds, sa.BigInteger)
+    return driver(conn).epoch_bucket(moment, int(step.total_seconds()))
 
 
 def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime) -> History:

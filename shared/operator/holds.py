@@ -40,6 +40,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import WAITING_WEBHOOK_SQL, jobs, queue_pauses
 from jobdesk.shared.core.queues import QueuePause, paused_queues
 from jobdesk.shared.core.sqltypes import UTCDateTime
@@ -388,12 +389,7 @@ def endpoint_name(conn: sa.Connection) -> sa.ColumnElement[str]:
     """A job's `payload.endpoint` in SQL. PostgreSQL: written as the probe index
     `ix_jobdesk_jobs_waiting_endpoint` has it, so the planner can use it. SQLite: NULL
     for a stored payload that is not JSON (a plain-SQL row) instead of an error."""
-    if conn.dialect.name == "postgresql":
-        return sa.literal_column("(jobdesk_jobs.payload ->> 'endpoint')", sa.String())
-    return sa.case(
-        (sa.func.json_valid(jobs.c.payload), sa.func.json_extract(jobs.c.payload, "$.endpoint")),
-        else_=None,
-    )
+    return driver(conn).payload_text("endpoint")
 
 
 def _endpoint_of_delivery(conn: sa.Connection) -> sa.ColumnElement[Any]:
@@ -414,15 +410,11 @@ SELECT count(*) FROM (
        AND queue NOT IN (SELECT queue FROM jobdesk_queue_pauses)
      LIMIT :cap) AS held
 """
-_ENDPOINT_SQL = {
-    "postgresql": "(payload ->> 'endpoint')",
-    "sqlite": "(CASE WHEN json_valid(payload) THEN json_extract(payload, '$.endpoint') END)",
-}
 
 
 def _count_endpoint(conn: sa.Connection, name: str) -> tuple[int, bool]:
-    dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
-    statement = _ENDPOINT_COUNT.format(waiting=WAITING_WEBHOOK_SQL, endpoint=_ENDPOINT_SQL[dialect])
+    endpoint = driver(conn).payload_text_sql("endpoint")
+    statement = _ENDPOINT_COUNT.format(waiting=WAITING_WEBHOOK_SQL, endpoint=endpoint)
     found = int(conn.execute(sa.text(statement), {"name": name, "cap": COUNT_CAP + 1}).scalar_one())
     return min(found, COUNT_CAP), found > COUNT_CAP
 

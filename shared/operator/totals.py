@@ -11,14 +11,11 @@ says so — and the names its queue and type menus offer.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import ClauseElement
 
 from jobdesk.shared.core import job_counts
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.published_types import list_published
 from jobdesk.shared.core.queues import paused_queues
@@ -38,20 +35,6 @@ class Total:
     count: int
     exact: bool = True
     at_least: bool = False
-
-
-class Explain(Executable, ClauseElement):
-    """`EXPLAIN (FORMAT JSON) <select>` with the select's parameters bound as usual."""
-
-    inherit_cache = False
-
-    def __init__(self, statement: sa.Select[Any]) -> None:
-        self.statement = statement
-
-
-@compiles(Explain, "postgresql")
-def _explain_postgresql(element: Explain, compiler: Any, **kw: Any) -> str:
-    return "EXPLAIN (FORMAT JSON) " + str(compiler.process(element.statement, **kw))
 
 
 def _only_counted(filters: JobFilters) -> bool:
@@ -81,11 +64,9 @@ def matching_total(
     counted = int(conn.execute(sa.select(sa.func.count()).select_from(capped)).scalar_one())
     if counted <= COUNT_CAP:
         return Total(counted)
-    if conn.dialect.name != "postgresql":
+    estimate = driver(conn).estimate_count(conn, sa.select(jobs.c.id).where(*conditions))
+    if estimate is None:
         return Total(COUNT_CAP, exact=False, at_least=True)
-    (plan,) = conn.execute(Explain(sa.select(jobs.c.id).where(*conditions))).one()
-    document = plan[0] if isinstance(plan, list) else plan
-    estimate = int(document["Plan"]["Plan Rows"])
     # The estimate is a guess; it must not contradict what was just counted.
     return Total(max(estimate, COUNT_CAP + 1), exact=False)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.models import jobs
 
@@ -131,10 +131,7 @@ def aggregate_slice(
 
 
 def _day(conn: sa.Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
-    if is_postgresql(conn):
-        return sa.func.to_char(sa.func.timezone("UTC", column), "YYYY-MM-DD")
-    # SQLite stores UTC timestamps as fixed-width text: the date is the first 10 characters.
-    return sa.func.substr(column, 1, 10)
+    return driver(conn).utc_date_text(column)
 
 
 def _parse_date(field: str, value: object) -> date:

@@ -13,12 +13,12 @@ import sqlalchemy as sa
 
 from jobdesk import ValidationError
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.driver.postgresql import Explain
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_terms import payload_terms
 from jobdesk.shared.operator.filters import JobFilters
 from jobdesk.shared.operator.payload_search import parse_terms
 from jobdesk.shared.operator.queries import filter_conditions, list_jobs
-from jobdesk.shared.operator.totals import Explain
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
 from tests.factories import make_job
