@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import install_after_create
 
 #: The PostgreSQL functions and triggers, in order (the migration and `create_all` run them).
@@ -48,14 +48,12 @@ _NAMES = ("jobdesk_job_attempts_of_deleted", "jobdesk_job_attempts_of_truncated"
 
 def ddl(bind: sa.Connection) -> tuple[str, ...]:
     """The statements that install the cleanup on this connection's database."""
-    return POSTGRESQL_DDL if is_postgresql(bind) else SQLITE_DDL
+    return driver(bind).choose(postgresql=POSTGRESQL_DDL, sqlite=SQLITE_DDL)
 
 
 def drop_ddl(bind: sa.Connection) -> list[str]:
     """The statements that remove it again (the migration's downgrade)."""
-    if not is_postgresql(bind):
-        return [f"DROP TRIGGER IF EXISTS {name}" for name in _NAMES]
-    return [
+    postgresql = [
         statement
         for name in _NAMES
         for statement in (
@@ -63,6 +61,8 @@ def drop_ddl(bind: sa.Connection) -> list[str]:
             f"DROP FUNCTION IF EXISTS {name}()",
         )
     ]
+    sqlite = [f"DROP TRIGGER IF EXISTS {name}" for name in _NAMES]
+    return driver(bind).choose(postgresql=postgresql, sqlite=sqlite)
 
 
 install_after_create(frozenset({"jobdesk_jobs", "jobdesk_job_attempts"}), ddl)

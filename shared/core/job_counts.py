@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, install_after_create, table_of
 
 #: How often the maintenance leader folds the deltas (a reader sums what accumulated).
@@ -110,13 +110,13 @@ POSTGRESQL_DDL: tuple[str, ...] = (
 # tables exist; the migration runs POSTGRESQL_DDL itself.
 install_after_create(
     frozenset({"jobdesk_jobs", "jobdesk_job_counts"}),
-    lambda connection: POSTGRESQL_DDL if is_postgresql(connection) else (),
+    lambda connection: driver(connection).choose(postgresql=POSTGRESQL_DDL, sqlite=()),
 )
 
 
 def maintained(bind: sa.Connection | sa.Engine) -> bool:
     """True where the database keeps the counts (PostgreSQL); False: count the jobs."""
-    return is_postgresql(bind)
+    return driver(bind).keeps_job_counts
 
 
 @dataclass(frozen=True, slots=True)

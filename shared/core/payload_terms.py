@@ -31,7 +31,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import Base, BigId, install_after_create, table_of
 
 #: The longest key path and string value a term holds (and a search may ask for).
@@ -122,5 +122,5 @@ TRIGGER_NAMES = ("inserted", "deleted", "updated")
 # `metadata.create_all` gets the triggers too; the migration runs SQLITE_DDL itself.
 install_after_create(
     frozenset({"jobdesk_jobs", "jobdesk_payload_terms"}),
-    lambda connection: () if is_postgresql(connection) else SQLITE_DDL,
+    lambda connection: driver(connection).choose(postgresql=(), sqlite=SQLITE_DDL),
 )

@@ -16,6 +16,7 @@ from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
+T = TypeVar("T")
 
 #: The INSERT of either dialect: both offer `on_conflict_do_nothing/do_update` and
 #: `excluded` with the same arguments.
@@ -34,6 +35,13 @@ class Driver(ABC):
     locks_rows: ClassVar[bool]
     #: Triggers keep `jobdesk_job_counts` (else counts are read off the jobs).
     keeps_job_counts: ClassVar[bool]
+
+    def choose(self, *, postgresql: T, sqlite: T) -> T:
+        """The value declared for this database: schema objects a feature declares per
+        database (its triggers and their functions) are picked here, never by a test of
+        the dialect."""
+        chosen: T = {"postgresql": postgresql, "sqlite": sqlite}[self.name]
+        return chosen
 
     # --- statements ----------------------------------------------------------------
 
