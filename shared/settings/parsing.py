@@ -152,7 +152,7 @@ def check_host_names(name: str, value: object) -> None:
                 ) from None
 
 
-_POSTGRESQL_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+_LISTEN_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 
 
 def check_listen_url(name: str, value: object) -> None:
@@ -160,7 +160,7 @@ def check_listen_url(name: str, value: object) -> None:
     if value is None:
         return
     assert isinstance(value, str)
-    if not value.startswith(_POSTGRESQL_SCHEMES):
+    if not value.startswith(_LISTEN_SCHEMES):
         # Only the scheme is echoed: the rest of a URL may carry a password.
         scheme = value.split("://")[0] + "://" if "://" in value else "no scheme"
         raise SettingsError(

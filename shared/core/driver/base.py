@@ -8,7 +8,9 @@ on both databases, so callers never need to know which one they have.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
 import sqlalchemy as sa
@@ -53,6 +55,22 @@ class Driver(ABC):
     def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
         """`query` locking the rows it reads until the transaction ends (PostgreSQL); on
         SQLite unchanged — its write transaction already excludes every other writer."""
+
+    @abstractmethod
+    def take_tokens(
+        self,
+        conn: sa.Connection,
+        key: str,
+        want: int,
+        *,
+        capacity: float,
+        refill_per_second: float,
+        now: datetime,
+    ) -> tuple[int, float]:
+        """Take up to `want` whole tokens from rate-limit bucket `key` (refilled up to
+        `capacity` at `refill_per_second` since it was last written; a new bucket
+        starts full): `(taken, level left)` with `taken >= 1`, or `(0, level)` having
+        written nothing when not one whole token is there."""
 
     @abstractmethod
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
@@ -105,3 +123,15 @@ def check_payload_key(key: str) -> str:
     if not key or not key.replace("_", "").isalnum():
         raise ValueError(f"payload key {key!r}: letters, digits and _ only")
     return key
+
+
+def refilled(
+    tokens: float, elapsed_seconds: float, capacity: float, refill_per_second: float
+) -> float:
+    """A token bucket's level after `elapsed_seconds` of refill (never above capacity)."""
+    return min(capacity, tokens + max(0.0, elapsed_seconds) * refill_per_second)
+
+
+def first_take(capacity: float, want: int) -> int:
+    """What the first taker of a new (full) bucket gets."""
+    return min(want, math.floor(capacity))

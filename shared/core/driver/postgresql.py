@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -9,7 +10,15 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
-from jobdesk.shared.core.driver.base import Driver, SelectT, TimeUnit, check_payload_key
+from jobdesk.shared.core.driver.base import (
+    Driver,
+    SelectT,
+    TimeUnit,
+    check_payload_key,
+    first_take,
+    refilled,
+)
+from jobdesk.shared.core.sqltypes import UTCDateTime
 
 
 class Explain(Executable, ClauseElement):
@@ -27,6 +36,45 @@ def _compile_explain(element: Explain, compiler: Any, **kw: Any) -> str:
     return "EXPLAIN (FORMAT JSON) " + str(compiler.process(element.query, **kw))
 
 
+# Rate-limit buckets. The row is locked first (FOR UPDATE in the CTE) so the level it
+# computes is the newest one, and the UPDATE writes only when at least one whole token
+# is there. The refilled level and the number taken are returned because RETURNING sees
+# only the new row, from which the number taken cannot be told apart from a fractional
+# remainder.
+_TAKE_TOKENS = sa.text(
+    """
+    WITH current AS (
+        SELECT key, LEAST(:capacity, tokens + GREATEST(0, EXTRACT(EPOCH FROM
+                   (CAST(:now AS timestamptz) - updated_at))) * :refill) AS level
+          FROM jobdesk_rate_limits
+         WHERE key = :key
+           FOR UPDATE
+    ), take AS (
+        SELECT key, level, LEAST(:want, FLOOR(level)) AS n FROM current
+    )
+    UPDATE jobdesk_rate_limits AS b
+       SET tokens = take.level - take.n,
+           updated_at = GREATEST(b.updated_at, CAST(:now AS timestamptz))
+      FROM take
+     WHERE b.key = take.key AND take.n >= 1
+    RETURNING take.n, take.level
+    """
+)
+# A bucket seen for the first time starts full; a concurrent first taker makes this a
+# no-op, and the caller then takes from the row that one created.
+_CREATE_BUCKET = sa.text(
+    """
+    INSERT INTO jobdesk_rate_limits (key, tokens, updated_at)
+    VALUES (:key, :capacity - :n, :now)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING tokens
+    """
+)
+_BUCKET = sa.text("SELECT tokens, updated_at FROM jobdesk_rate_limits WHERE key = :key").columns(
+    tokens=sa.Float(), updated_at=UTCDateTime()
+)
+
+
 class PostgreSQLDriver(Driver):
     name: ClassVar[str] = "postgresql"
     listens: ClassVar[bool] = True
@@ -38,6 +86,36 @@ class PostgreSQLDriver(Driver):
 
     def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
         return query.with_for_update(skip_locked=skip_locked)
+
+    def take_tokens(
+        self,
+        conn: sa.Connection,
+        key: str,
+        want: int,
+        *,
+        capacity: float,
+        refill_per_second: float,
+        now: datetime,
+    ) -> tuple[int, float]:
+        now_param = sa.bindparam("now", now, type_=UTCDateTime())
+        params = {"key": key, "want": want, "capacity": capacity, "refill": refill_per_second}
+        take = _TAKE_TOKENS.bindparams(now_param)
+        taken = conn.execute(take, params).first()
+        if taken is not None:
+            return int(taken.n), float(taken.level - taken.n)
+        first = first_take(capacity, want)
+        created = _CREATE_BUCKET.bindparams(now_param)
+        if conn.execute(created, {**params, "n": first}).first() is not None:
+            return first, capacity - first
+        taken = conn.execute(take, params).first()  # someone else created it meanwhile
+        if taken is not None:
+            return int(taken.n), float(taken.level - taken.n)
+        # Not a whole token: nothing was written; read the level to say how long to wait.
+        row = conn.execute(_BUCKET, {"key": key}).first()
+        if row is None:
+            return 0, 0.0
+        elapsed = (now - row.updated_at).total_seconds()
+        return 0, refilled(row.tokens, elapsed, capacity, refill_per_second)
 
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         (plan,) = conn.execute(Explain(query)).one()
@@ -67,4 +145,5 @@ class PostgreSQLDriver(Driver):
 
     def payload_text(self, key: str) -> sa.ColumnElement[str]:
         # Qualified, so it binds to the jobs table whatever else the statement joins.
-        return sa.literal_column(f"(jobdesk_jobs.{self.payload_text_sql(key)[1:]}", sa.String())
+        key = check_payload_key(key)
+        return sa.literal_column(f"(jobdesk_jobs.payload ->> '{key}')", sa.String())

@@ -3,18 +3,38 @@ text ("YYYY-MM-DD HH:MM:SS.ffffff", which sorts as it compares)."""
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from jobdesk.shared.core.driver.base import Driver, SelectT, TimeUnit, check_payload_key
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.driver.base import (
+    Driver,
+    SelectT,
+    TimeUnit,
+    check_payload_key,
+    first_take,
+    refilled,
+)
+from jobdesk.shared.core.sqltypes import UTCDateTime
 
 #: Characters of the stored UTC text up to the end of its minute, hour and day.
 _TEXT_WIDTH = {"minute": 16, "hour": 13, "day": 10}
 #: The Julian day number of 1970-01-01 00:00 UTC.
 _UNIX_EPOCH_JULIAN_DAY = 2440587.5
+
+
+_BUCKET = sa.text("SELECT tokens, updated_at FROM jobdesk_rate_limits WHERE key = :key").columns(
+    tokens=sa.Float(), updated_at=UTCDateTime()
+)
+_CREATE_BUCKET = sa.text(
+    "INSERT INTO jobdesk_rate_limits (key, tokens, updated_at) VALUES (:key, :tokens, :now)"
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+_SET_BUCKET = sa.text(
+    "UPDATE jobdesk_rate_limits SET tokens = :tokens, updated_at = :now WHERE key = :key"
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
 
 
 class SQLiteDriver(Driver):
@@ -28,6 +48,34 @@ class SQLiteDriver(Driver):
 
     def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
         return query
+
+    def take_tokens(
+        self,
+        conn: sa.Connection,
+        key: str,
+        want: int,
+        *,
+        capacity: float,
+        refill_per_second: float,
+        now: datetime,
+    ) -> tuple[int, float]:
+        # The transaction began with BEGIN IMMEDIATE: this read-modify-write is the only
+        # writer of the database until it commits.
+        row = conn.execute(_BUCKET, {"key": key}).first()
+        if row is None:
+            first = first_take(capacity, want)
+            conn.execute(_CREATE_BUCKET, {"key": key, "tokens": capacity - first, "now": now})
+            return first, capacity - first
+        level = refilled(
+            row.tokens, (now - row.updated_at).total_seconds(), capacity, refill_per_second
+        )
+        if level < 1.0:
+            return 0, level
+        taken = min(want, math.floor(level))
+        conn.execute(
+            _SET_BUCKET, {"key": key, "tokens": level - taken, "now": max(now, row.updated_at)}
+        )
+        return taken, level - taken
 
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         return None
@@ -53,16 +101,14 @@ class SQLiteDriver(Driver):
         return sa.func.max(sa.func.coalesce(first, second), sa.func.coalesce(second, first))
 
     def payload_text_sql(self, key: str) -> str:
-        # NULL, not an error, for a stored payload that is not JSON (a plain-SQL row).
-        path = f"$.{check_payload_key(key)}"
-        return f"(CASE WHEN json_valid(payload) THEN json_extract(payload, '{path}') END)"
+        return _payload_field("payload", key)
 
     def payload_text(self, key: str) -> sa.ColumnElement[str]:
-        payload = jobs.c.payload
-        return sa.case(
-            (
-                sa.func.json_valid(payload),
-                sa.func.json_extract(payload, f"$.{check_payload_key(key)}"),
-            ),
-            else_=None,
-        )
+        # Qualified, so it binds to the jobs table whatever else the statement joins.
+        return sa.literal_column(_payload_field("jobdesk_jobs.payload", key), sa.String())
+
+
+def _payload_field(column: str, key: str) -> str:
+    # NULL, not an error, for a stored payload that is not JSON (a plain-SQL row).
+    path = f"$.{check_payload_key(key)}"
+    return f"(CASE WHEN json_valid({column}) THEN json_extract({column}, '{path}') END)"
