@@ -22,13 +22,11 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
 from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
-from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.decisions import cancel, requeue_dead
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ConflictError, NotFoundError
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import jobs
@@ -120,18 +118,16 @@ def _mirror_progress(conn: sa.Connection, run_id: int) -> ChunkProgress | None:
     if row is None:
         return None
     if row.job_id is not None:
-        conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id == row.job_id)
-            .values(
-                progress={
-                    "done": row.chunks_done,
-                    "total": row.chunks_total,
-                    "rows": row.rows,
-                    "run_id": run_id,
-                    "run_status": row.status,
-                }
-            )
+        driver(conn).set_progress(
+            conn,
+            row.job_id,
+            {
+                "done": row.chunks_done,
+                "total": row.chunks_total,
+                "rows": row.rows,
+                "run_id": run_id,
+                "run_status": row.status,
+            },
         )
     return ChunkProgress(False, row.chunks_done, row.chunks_total, row.rows, row.status)
 
@@ -146,9 +142,9 @@ def record_chunk_result(
     now: datetime,
 ) -> ChunkProgress:
     """Store one chunk's result exactly once and count it; returns the run's progress."""
-    insert = pg.insert if is_postgresql(conn) else sqlite.insert
     inserted = conn.execute(
-        insert(report_chunk_results)
+        driver(conn)
+        .insert(report_chunk_results)
         .values(run_id=run_id, chunk_index=chunk_index, rows=rows, data=data, created_at=now)
         .on_conflict_do_nothing(index_elements=[_chunks.run_id, _chunks.chunk_index])
         .returning(_chunks.chunk_index)

@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
+from jobdesk.shared.core.models import jobs
+
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
 T = TypeVar("T")
 
@@ -37,6 +39,17 @@ class Driver(ABC):
     locks_rows: ClassVar[bool]
     #: Triggers keep `jobdesk_job_counts` (else counts are read off the jobs).
     keeps_job_counts: ClassVar[bool]
+
+    # --- the jobs table ---------------------------------------------------------------
+    # Every statement that writes `jobdesk_jobs` is here (a test checks it).
+
+    def set_progress(self, conn: sa.Connection, job_id: int, progress: dict[str, Any]) -> bool:
+        """Store a job's progress for someone other than its worker (a report run
+        mirroring its chunks); the worker's own progress is fenced (`record_progress`)."""
+        done = conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(progress=progress))
+        return bool(done.rowcount)
+
+    # --- per-database declarations -------------------------------------------------------
 
     def choose(self, *, postgresql: T, sqlite: T) -> T:
         """The value declared for this database: schema objects a feature declares per
