@@ -5,6 +5,7 @@ previous pages and the total."""
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -45,6 +46,18 @@ def test_bad_payload_searches_are_refused_by_name(viewer: Browser) -> None:
     page = viewer.get("/jobs?payload=user_id")
     assert page.status_code == 400
     assert "Bad filter: payload" in page.get_data(as_text=True)
+
+
+def test_a_huge_payload_search_is_a_quick_400_naming_the_limit(viewer: Browser) -> None:
+    """A 256 KiB term cost minutes of CPU per page view (quadratic parsing)."""
+    for path in ("/jobs", "/jobs/news", "/dead"):
+        started = time.perf_counter()
+        page = viewer.get(f"{path}?payload={'a' * 256 * 1024}")
+        assert time.perf_counter() - started < 2
+        assert page.status_code == 400
+        text = page.get_data(as_text=True)
+        assert "payload" in text
+        assert "limited to 2,000 characters" in text
 
 
 def test_masked_values_cannot_be_probed(
