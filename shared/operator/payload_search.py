@@ -190,6 +190,11 @@ def parse_terms(raw: str | None) -> tuple[Term, ...]:
             raise ValidationError(PARAMETER, f"a value is limited to {MAX_VALUE_CHARS} characters")
         if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise ValidationError(PARAMETER, "a value must not contain control characters")
+        if isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+            # `"\ud800"` parses as JSON but is no text a database can store or compare.
+            raise ValidationError(
+                PARAMETER, "a value must not contain a lone surrogate (\\ud800-\\udfff)"
+            )
         terms.append(Term(path, value, spelled))
     if len(terms) > MAX_TERMS:
         raise ValidationError(PARAMETER, f"has {len(terms)} terms; the limit is {MAX_TERMS}")

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 import time
-from urllib.parse import parse_qs, quote, urlsplit
+from functools import cached_property
+from urllib.parse import parse_qs, parse_qsl, quote, urlsplit
 
 import pytest
 import sqlalchemy as sa
+from flask import Flask, Request
+from werkzeug.datastructures import ImmutableMultiDict
 
 from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.models import job_attempts
@@ -323,3 +326,49 @@ def test_a_viewer_sees_an_email_in_a_long_error_line_masked_not_cut(
     html = viewer.get("/jobs").get_data(as_text=True)
     assert "ana.lo" not in html
     assert "a***" in html
+
+
+LONE_SURROGATE_TERM = 'a="\\ud800"'
+
+
+def test_a_lone_surrogate_in_a_search_is_a_400_naming_the_parameter(
+    viewer: Browser, app: Flask
+) -> None:
+    """`payload=a="\\ud800"` parses as JSON; the database then failed to encode it (500)."""
+    for path in ("/jobs", "/jobs/news", "/dead"):
+        page = viewer.get(f"{path}?payload={quote(LONE_SURROGATE_TERM)}")
+        assert page.status_code == 400, path
+        assert "payload" in page.get_data(as_text=True)
+        assert "lone surrogate" in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("raw", [b"error=ab\xffcd", b"key=\xed\xa0\x80", b"\xff=1"])
+def test_a_query_string_that_is_not_utf8_is_a_400(viewer: Browser, raw: bytes) -> None:
+    """Raw bytes a server passes through (not percent-encoded) failed to decode: a 500."""
+    page = viewer.client.get("/jobs", environ_overrides={"QUERY_STRING": raw.decode("latin-1")})
+    assert page.status_code == 400
+    assert "query is not valid UTF-8" in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("query", ["error=ab%ED%A0%80cd", "key=%ED%B0%80", "%ED%A0%80=1"])
+def test_lone_surrogates_from_a_lenient_request_class_are_a_400(
+    viewer: Browser, app: Flask, query: str
+) -> None:
+    """A host app's request class may decode invalid UTF-8 with `surrogateescape`; the
+    lone surrogates must not reach a query (a 500 from the database driver)."""
+
+    class Lenient(Request):
+        @cached_property
+        def args(self) -> ImmutableMultiDict[str, str]:  # type: ignore[override]
+            text = self.query_string.decode("utf-8", "surrogateescape")
+            return ImmutableMultiDict(
+                parse_qsl(text, keep_blank_values=True, errors="surrogateescape")
+            )
+
+    app.request_class = Lenient
+    page = viewer.get(f"/jobs?{query}")
+    assert page.status_code == 400
+    text = page.get_data(as_text=True)
+    assert "lone surrogate" in text
+    name = query.split("=", 1)[0]
+    assert f"Bad input: {name if '%' not in name else 'query'} is not" in text

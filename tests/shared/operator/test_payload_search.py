@@ -178,6 +178,8 @@ def test_the_search_uses_the_index_on_each_database(
         ('n="unterminated', "not a key=value term"),
         ("a=1 b=2 c=3 d=4 e=5 f=6", "the limit is 5"),
         ("name=" + "x" * 201, "limited to 200"),
+        ('name="\\ud800"', "lone surrogate"),  # valid JSON, no text a database takes
+        ('name="a\\udfffb"', "lone surrogate"),
     ],
 )
 def test_bad_terms_name_the_parameter(raw: str, message: str) -> None:
