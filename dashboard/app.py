@@ -70,10 +70,21 @@ def check_proxy_trust(settings: Settings) -> None:
         trusted = TrustedProxies(settings.trusted_proxies)
     except ValueError as exc:
         raise SettingsError(f"JOBDESK_TRUSTED_PROXIES: {exc}") from None
-    if settings.trusted_proxy_header and trusted.trusts_everyone:
+    if not settings.trusted_proxy_header:
+        return
+    if trusted.trusts_everyone:
         raise SettingsError(
             "JOBDESK_TRUSTED_PROXIES trusts every address while JOBDESK_TRUSTED_PROXY_HEADER "
             "is set: anyone could log in as anyone; list only your SSO proxy's addresses"
+        )
+    wide = trusted.beyond_private_ranges()
+    if wide:
+        raise SettingsError(
+            f"JOBDESK_TRUSTED_PROXIES includes {', '.join(str(n) for n in wide)} while "
+            "JOBDESK_TRUSTED_PROXY_HEADER is set: anyone with an address there could log in "
+            "as anyone. With the SSO header only loopback (127.0.0.0/8, ::1), private "
+            "(10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7) and link-local "
+            "(169.254.0.0/16, fe80::/10) networks may be trusted: put the SSO proxy on one"
         )
 
 

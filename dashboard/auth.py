@@ -92,8 +92,17 @@ def wall_clock() -> float:
 
 
 #: How stale the session's last-seen mark may get before it is rewritten (so not every
-#: request re-sends the cookie just to move it by a second).
+#: request re-sends the cookie just to move it by a second) — at most; see
+#: `seen_resolution`.
 SEEN_RESOLUTION_SECONDS = 60
+
+
+def seen_resolution(idle_timeout_seconds: float) -> float:
+    """How stale the last-seen mark may get: a tenth of the idle timeout, at most
+    `SEEN_RESOLUTION_SECONDS`. An active session then always ends at least nine tenths
+    of the idle timeout after its last request; a fixed minute would end every session
+    of a 60 s idle timeout a minute after login, however busy its user."""
+    return min(SEEN_RESOLUTION_SECONDS, idle_timeout_seconds / 10)
 
 
 def _session_identity(conn: Any) -> Identity | None:
@@ -127,7 +136,7 @@ def _session_identity(conn: Any) -> Identity | None:
         session.clear()
         return None
     assert isinstance(seen, int | float)
-    if now - seen >= SEEN_RESOLUTION_SECONDS:
+    if now - seen >= seen_resolution(settings.session_idle_timeout_seconds):
         session["seen"] = int(now)
     return Identity(account.username, account.role, "password", account.timezone)
 

@@ -8,8 +8,16 @@ header claims:
 - from a trusted peer, `X-Forwarded-For` is read from the right: each entry that is
   itself a trusted proxy is a hop, the first one that is not is the client. That address
   becomes `REMOTE_ADDR` (the login rate limit and the `/metrics` loopback check use it).
-  The entries to its left were written by the client and are never looked at. The
-  peer's `X-Forwarded-Proto` (`http`/`https`) sets the scheme (Secure cookies, Origin);
+  The entries to its left were written by the client and are never looked at. An entry
+  may carry a port (`203.0.113.9:51234`, `[2001:db8::1]:443`); one that is no address
+  at all (`unknown`, `unix:`, an obfuscated `_hidden`) where the client should be means
+  the client is unknown: `REMOTE_ADDR` becomes `unknown(<that entry>)` — never the
+  proxy's own address, which would hand every such client the proxy's standing (a
+  loopback proxy's `/metrics` access, one shared login rate-limit bucket with the proxy
+  itself). A proxy that writes one word for all its clients puts them in one bucket; one
+  that writes a stable token per client keeps them apart. The same holds past
+  `MAX_HOPS` trusted hops. The peer's `X-Forwarded-Proto` (`http`/`https`) sets the
+  scheme (Secure cookies, Origin);
 - from any other peer the forwarded headers are ignored;
 - the SSO user header (`auth.py`) is believed only when the TCP peer itself is trusted.
 
@@ -20,6 +28,7 @@ dashboard is mounted in a host app behind Werkzeug's `ProxyFix`.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,19 +36,52 @@ from jobdesk.shared.settings.parsing import Network, networks
 
 DEFAULT_TRUSTED = ("127.0.0.1", "::1")
 PEER_KEY = "jobdesk.peer"
+#: Where an SSO proxy may be: loopback, private (RFC 1918, IPv6 unique-local) and
+#: link-local networks. Trusting anything wider with the SSO header set would let
+#: whoever holds an address there log in as anyone (`beyond_private_ranges`).
+SSO_TRUSTABLE: tuple[Network, ...] = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",
+        "::1/128",
+        "fc00::/7",
+        "fe80::/10",
+    )
+)
 #: Forwarded-For chains longer than this are cut (a client may send anything).
 MAX_HOPS = 20
 _SCHEMES = frozenset({"http", "https"})
+#: An address with a port, as some proxies forward it: `1.2.3.4:80`, `[::1]:443`.
+_WITH_PORT = re.compile(r"\[(?P<v6>[^\]]+)\]:\d{1,5}|(?P<v4>[0-9.]+):\d{1,5}")
+#: What of an entry that is no address is kept in `unknown(…)`.
+_TOKEN_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+UNKNOWN_TOKEN_CHARS = 64
 
 
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = text.strip()
+    with_port = _WITH_PORT.fullmatch(text)
+    if with_port is not None:
+        text = with_port.group("v6") or with_port.group("v4")
     try:
-        address = ipaddress.ip_address(text.strip().strip("[]"))
+        address = ipaddress.ip_address(text.strip("[]"))
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+def _inside(network: Network, outer: Network) -> bool:
+    if isinstance(network, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return network.subnet_of(outer)
+    if isinstance(network, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        return network.subnet_of(outer)
+    return False
 
 
 class TrustedProxies:
@@ -55,6 +97,15 @@ class TrustedProxies:
     def trusts_everyone(self) -> bool:
         return any(network.prefixlen == 0 for network in self.networks)
 
+    def beyond_private_ranges(self) -> tuple[Network, ...]:
+        """The trusted networks that reach past loopback, private and link-local space
+        (`SSO_TRUSTABLE`): with the SSO header set, anyone there could name any user."""
+        return tuple(
+            network
+            for network in self.networks
+            if not any(_inside(network, allowed) for allowed in SSO_TRUSTABLE)
+        )
+
     def trusts(self, address: str | None) -> bool:
         parsed = _address(address or "")
         if parsed is None:
@@ -64,18 +115,28 @@ class TrustedProxies:
         )
 
     def client(self, peer: str, forwarded_for: str) -> str:
-        """The client address for a request from `peer` carrying `forwarded_for`."""
+        """The client address for a request from `peer` carrying `forwarded_for`, or
+        `unknown(…)` when the entry where it should be is no address (see the module)."""
         if not self.trusts(peer):
             return peer
         hops = [entry.strip() for entry in forwarded_for.split(",") if entry.strip()]
         current = peer
         for entry in reversed(hops[-MAX_HOPS:]):
-            if _address(entry) is None:
-                break  # garbage: the last trusted hop is as far as we can see
-            current = entry.strip("[]")
+            address = _address(entry)
+            if address is None:
+                return unknown_client(entry)
+            current = str(address)
             if not self.trusts(current):
-                break
+                return current
+        if len(hops) > MAX_HOPS:
+            return unknown_client("too-many-hops")
         return current
+
+
+def unknown_client(entry: str) -> str:
+    """`REMOTE_ADDR` for a client its proxy did not name by address: never an address
+    (so never trusted, never loopback), keyed by what the proxy wrote."""
+    return f"unknown({_TOKEN_CHARS.sub('', entry)[:UNKNOWN_TOKEN_CHARS]})"
 
 
 def tcp_peer(environ: Mapping[str, Any]) -> str | None:

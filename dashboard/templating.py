@@ -24,6 +24,7 @@ from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
 from jobdesk.shared.operator.cancellation import hard_stop_by
 from jobdesk.shared.operator.payload_summary import summary_pairs
 from jobdesk.shared.operator.totals import describe
+from jobdesk.shared.operator.visible_text import stack_start
 from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
@@ -56,9 +57,6 @@ def viewer_mask(text: object) -> str:
     return mask_email(value) if auth.is_viewer_only() else value
 
 
-#: Where a stored error's stack trace starts: Python's own header, or the frames
-#: `describe_exception` appends after the "Type: message" line.
-_STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|\s+File ")', re.MULTILINE)
 STACK_HIDDEN = "[stack trace hidden: operators and admins see it]"
 
 
@@ -69,10 +67,12 @@ def error_text(text: object) -> str:
     value = "" if text is None else str(text)
     if auth.can("operator"):
         return value
-    match = _STACK_START.search(value)
-    if match is None:
+    # Python's own header, or the frames `describe_exception` appends after the
+    # "Type: message" line.
+    start = stack_start(value)
+    if start is None:
         return value
-    head = value[: match.start()].rstrip()
+    head = value[:start].rstrip()
     return f"{head}\n{STACK_HIDDEN}" if head else STACK_HIDDEN
 
 

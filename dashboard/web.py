@@ -144,6 +144,29 @@ def check_path_ids() -> None:
             raise ValidationError(name, "must not contain control characters")
 
 
+def check_query_text() -> None:
+    """The query string is UTF-8 text the databases can take, else a 400 naming the
+    parameter — not a 500 from deep inside Werkzeug or a query: raw bytes that are not
+    UTF-8 (Werkzeug decodes the query string strictly and raises), and lone surrogates
+    (which a request class decoding with `surrogateescape` makes of such bytes). A form
+    body that is not UTF-8 parses as empty (Werkzeug's parser is silent), so the CSRF
+    check refuses it."""
+    try:
+        items = list(request.args.items(multi=True))
+    except UnicodeDecodeError:
+        raise ValidationError(
+            "query", "is not valid UTF-8 (percent-encode anything else)"
+        ) from None
+    for name, value in items:
+        for text, field in ((name, "query"), (value, name)):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValidationError(
+                    field[:40], "is not valid UTF-8 text (it holds a lone surrogate)"
+                ) from None
+
+
 @bp.before_request
 def guard() -> Any:
     """Fail closed: host and body size first, CSRF, then identity, then the view's
@@ -156,6 +179,7 @@ def guard() -> Any:
         return too_large
     if request.endpoint == "jobdesk.static":
         return None
+    check_query_text()
     check_path_ids()
     problem = csrf.problem()
     if problem is not None:

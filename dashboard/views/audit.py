@@ -19,7 +19,7 @@ bp = Blueprint("audit", __name__)
 @bp.get("/audit")
 @auth.requires(Role.VIEWER)
 def index() -> Any:
-    filters = AuditFilters.from_args(request.args, ACTIONS)
+    filters = AuditFilters.from_args(request.args, ACTIONS, mask_emails=auth.is_viewer_only())
     after = request.args.get("after") or None
     with db.read() as conn:
         now = db.now(conn)

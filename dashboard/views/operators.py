@@ -21,11 +21,9 @@ from jobdesk.dashboard.navigation import back
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
 from jobdesk.shared.operator.accounts import (
-    PASSWORD_MAX_CHARS,
-    PASSWORD_MIN_CHARS,
     ROLES,
+    UsernameTakenError,
     add_operator,
-    check_password,
     check_role,
     check_username,
     list_operators,
@@ -35,6 +33,7 @@ from jobdesk.shared.operator.accounts import (
     set_role,
 )
 from jobdesk.shared.operator.models import Role
+from jobdesk.shared.operator.passwords import PASSWORD_MAX_CHARS, PASSWORD_MIN_CHARS, check_password
 
 bp = Blueprint("operators", __name__)
 
@@ -89,7 +88,7 @@ def add() -> Any:
     for field, check, value in (
         ("username", check_username, username),
         ("role", check_role, role),
-        ("password", check_password, password),
+        ("password", lambda value: check_password(value, username=username), password),
     ):
         try:
             check(value)
@@ -101,8 +100,13 @@ def add() -> Any:
                 account = add_operator(
                     conn, username, password, role, now=db.now(conn), actor=auth.actor()
                 )
-        except ConflictError:
-            problems["username"] = f"{username} already exists (a disabled account keeps its name)"
+        except UsernameTakenError as exc:
+            problems["username"] = (
+                f"{username} already exists (a disabled account keeps its name)"
+                if exc.existing == username
+                else f"{exc.existing} already exists, and usernames are case-insensitive: "
+                f"{username} would be the same name (a disabled account keeps its name)"
+            )
     if problems:
         body = _page({"add": problems}, {"username": username, "role": role})
         return body, UNPROCESSABLE
@@ -128,7 +132,7 @@ def change_role(username: str) -> Any:
         note(f"{username} is already {account.role}; nothing changed.", "info")
         return back(_fallback())
     note(f"{username} is now {account.role} (was {before}), from their next click.", "success")
-    if username == auth.actor() and account.role != Role.ADMIN:
+    if account.username == auth.actor() and account.role != Role.ADMIN:
         # This page is for admins: the next one is the overview.
         return redirect(url_for("jobdesk.overview.index"), code=303)
     return back(_fallback())
@@ -137,7 +141,7 @@ def change_role(username: str) -> Any:
 @bp.post("/operators/<username>/disable")
 @auth.requires(Role.ADMIN)
 def disable(username: str) -> Any:
-    if username == auth.actor():
+    if username.lower() == auth.actor().lower():
         return _refused(
             "disabled",
             username,
@@ -171,7 +175,7 @@ def enable(username: str) -> Any:
 def reset_password(username: str) -> Any:
     password = request.form.get("password") or ""
     try:
-        check_password(password)
+        check_password(password, username=username)
         with db.write() as conn:
             account = set_password(conn, username, password, now=db.now(conn), actor=auth.actor())
     except ValidationError as exc:
@@ -179,7 +183,11 @@ def reset_password(username: str) -> Any:
     except NotFoundError as exc:
         return _refused("changed", username, exc)
     identity = auth.current()
-    if identity is not None and identity.source == "password" and username == identity.username:
+    if (
+        identity is not None
+        and identity.source == "password"
+        and account.username == identity.username
+    ):
         # The reset ended every session of the account, this one too: carry on in a new
         # one (the other devices stay signed out).
         auth.start_session(account)

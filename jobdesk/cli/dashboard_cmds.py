@@ -113,10 +113,11 @@ def users() -> None:
 def users_add(ctx: click.Context, name: str, role: str) -> None:
     """Create account NAME; the password is read from stdin or a hidden prompt."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import add_operator, check_password, check_username
+    from jobdesk.shared.operator.accounts import add_operator, check_username
+    from jobdesk.shared.operator.passwords import check_password
 
     check_username(name)
-    password = check_password(read_secret(f"Password for {name}"))
+    password = check_password(read_secret(f"Password for {name}"), username=name)
     with command_engine(ctx) as engine, engine.begin() as conn:
         account = add_operator(conn, name, password, role, now=db_now(conn), actor=cli_actor())
     click.echo(f"added {account.username} ({account.role})")
@@ -204,9 +205,10 @@ def users_role(ctx: click.Context, name: str, role: str) -> None:
 def users_passwd(ctx: click.Context, name: str) -> None:
     """Set a new password for NAME (stdin or prompt); its other sessions end."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import check_password, set_password
+    from jobdesk.shared.operator.accounts import set_password
+    from jobdesk.shared.operator.passwords import check_password
 
-    password = check_password(read_secret(f"New password for {name}"))
+    password = check_password(read_secret(f"New password for {name}"), username=name)
     with command_engine(ctx) as engine, engine.begin() as conn:
         set_password(conn, name, password, now=db_now(conn), actor=cli_actor())
     click.echo(f"password changed for {name}")

@@ -93,7 +93,7 @@ class Demo:
         self.directory = options.directory.resolve()
         self.database_url = options.postgres_url or f"sqlite:///{self.directory / 'jobdesk.db'}"
         self.dashboard_url = f"http://127.0.0.1:{options.port}"
-        self.password = secrets.token_urlsafe(12)
+        self.password = _demo_password()
         self._cleanups: list[Callable[[], None]] = []
         self.worker: subprocess.Popen[bytes] | None = None
         self.console: DemoConsole | None = None
@@ -440,6 +440,20 @@ def _exit_with_parent() -> None:
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _demo_password() -> str:
+    """A random password the account rules accept (one in thousands of random strings
+    holds the username `demo`)."""
+    from jobdesk.shared.core.errors import ValidationError
+    from jobdesk.shared.operator.passwords import check_password
+
+    while True:
+        password = secrets.token_urlsafe(12)
+        try:
+            return check_password(password, username=DEMO_USERNAME)
+        except ValidationError:
+            continue
 
 
 def _hide_password(url: str) -> str:

@@ -3,8 +3,14 @@
 Roles are ordered: `viewer` reads (payload fields and emails masked), `operator` also
 triages dead letters and acknowledges alerts, `admin` also pauses endpoints, closes
 circuit breakers and manages these accounts. Passwords are hashed with Werkzeug's
-scrypt-based hasher and never stored or logged in clear. `verify` spends the same
-hashing time for unknown users so response times do not reveal which usernames exist.
+scrypt-based hasher and never stored or logged in clear; what a password may be is
+`operator.passwords`. `verify` spends the same hashing time for unknown users so
+response times do not reveal which usernames exist.
+
+Usernames are case-insensitive: `Ana` names the account `ana` (login, lookups, the
+proxy's SSO header), a second account differing only by case is refused, and a unique
+index on `lower(username)` holds it in the database. The account keeps the spelling it
+was created with.
 """
 
 from __future__ import annotations
@@ -24,16 +30,25 @@ from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
 from jobdesk.shared.operator.models import Role, operators
+from jobdesk.shared.operator.passwords import PASSWORD_MAX_CHARS, check_password
 from jobdesk.shared.operator.zones import check_timezone
 
 ROLES: tuple[str, ...] = tuple(Role)
+#: ASCII only, so lower() means the same in Python, PostgreSQL and SQLite.
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{NAME_LENGTH}}}")
-PASSWORD_MIN_CHARS = 10
-PASSWORD_MAX_CHARS = 1024
 
 
 class LastAdminError(ConflictError):
     """The change would leave no enabled admin to manage the accounts."""
+
+
+class UsernameTakenError(ConflictError):
+    """An account of that name exists: `existing`, as it is spelled (usernames are
+    case-insensitive, so it may differ from the name asked for by case)."""
+
+    def __init__(self, message: str, existing: str) -> None:
+        super().__init__(message)
+        self.existing = existing
 
 
 @functools.cache
@@ -76,16 +91,9 @@ def check_role(role: object) -> str:
     return str(role)
 
 
-def check_password(password: object) -> str:
-    if not isinstance(password, str):
-        raise ValidationError("password", "must be text")
-    if len(password) < PASSWORD_MIN_CHARS:
-        raise ValidationError("password", f"must be at least {PASSWORD_MIN_CHARS} characters")
-    if len(password) > PASSWORD_MAX_CHARS:
-        raise ValidationError("password", f"must be at most {PASSWORD_MAX_CHARS} characters")
-    if "\x00" in password:
-        raise ValidationError("password", "must not contain NUL")
-    return password
+def _named(username: str) -> sa.ColumnElement[bool]:
+    """The account called `username`, whatever the case (the `lower(username)` index)."""
+    return sa.func.lower(operators.c.username) == username.lower()
 
 
 def _account(row: Any) -> OperatorAccount:
@@ -115,13 +123,20 @@ def add_operator(
     now: datetime,
     actor: str = "cli",
 ) -> OperatorAccount:
-    """Create an account; refuses a username that exists (also a disabled one)."""
+    """Create an account; refuses a username that exists (also a disabled one), in any
+    capitalisation."""
     username = check_username(username)
     role = check_role(role)
-    password = check_password(password)
-    exists = conn.execute(sa.select(operators.c.id).where(operators.c.username == username)).first()
+    password = check_password(password, username=username)
+    exists = conn.execute(sa.select(operators.c.username).where(_named(username))).first()
     if exists is not None:
-        raise ConflictError(f"operator {username!r} already exists")
+        if exists.username == username:
+            raise UsernameTakenError(f"operator {username!r} already exists", username)
+        raise UsernameTakenError(
+            f"operator {exists.username!r} already exists and usernames are case-insensitive: "
+            f"{username!r} would be the same name",
+            exists.username,
+        )
     conn.execute(
         sa.insert(operators).values(
             username=username,
@@ -138,7 +153,11 @@ def add_operator(
 
 
 def get_operator(conn: sa.Connection, username: str) -> OperatorAccount | None:
-    row = conn.execute(sa.select(operators).where(operators.c.username == username)).one_or_none()
+    """The account called `username` in any capitalisation, or None. A name outside the
+    username pattern names no account (`K` + Kelvin sign lower-cases to `k` in Python)."""
+    if not isinstance(username, str) or not USERNAME_PATTERN.fullmatch(username):
+        return None
+    row = conn.execute(sa.select(operators).where(_named(username))).one_or_none()
     return _account(row) if row is not None else None
 
 
@@ -165,9 +184,7 @@ def check_credentials(conn: sa.Connection, username: str, password: str) -> Oper
     Writes nothing; spends the same hashing time for unknown users."""
     row = None
     if isinstance(username, str) and USERNAME_PATTERN.fullmatch(username):
-        row = conn.execute(
-            sa.select(operators).where(operators.c.username == username)
-        ).one_or_none()
+        row = conn.execute(sa.select(operators).where(_named(username))).one_or_none()
     if row is None or len(password) > PASSWORD_MAX_CHARS:
         check_password_hash(_dummy_hash(), password[:PASSWORD_MAX_CHARS])
         return None
@@ -197,10 +214,10 @@ def _next_epoch() -> sa.ColumnElement[int]:
 def end_sessions(conn: sa.Connection, username: str) -> bool:
     """Invalidate every session cookie issued to `username` (logout ends them all, on
     every device: a copied cookie dies with the one logged out). True when it exists."""
+    if not USERNAME_PATTERN.fullmatch(username):
+        return False
     result = conn.execute(
-        sa.update(operators)
-        .where(operators.c.username == username)
-        .values(session_epoch=_next_epoch())
+        sa.update(operators).where(_named(username)).values(session_epoch=_next_epoch())
     )
     return bool(result.rowcount)
 
@@ -216,7 +233,7 @@ def check_an_admin_remains(conn: sa.Connection, username: str) -> None:
         .where(operators.c.role == Role.ADMIN.value, operators.c.disabled.is_(sa.false()))
         .with_for_update()
     ).scalars()
-    if not set(admins) - {username}:
+    if not {admin.lower() for admin in admins} - {username.lower()}:
         raise LastAdminError(
             f"{username} is the only enabled admin; make another account admin first, "
             "or nobody could manage the accounts from the dashboard"
@@ -242,13 +259,14 @@ def set_role(
     if account.role == role:
         return account
     if keep_an_admin and account.role == Role.ADMIN and not account.disabled:
-        check_an_admin_remains(conn, username)
-    conn.execute(sa.update(operators).where(operators.c.username == username).values(role=role))
+        check_an_admin_remains(conn, account.username)
+    conn.execute(sa.update(operators).where(operators.c.id == account.id).values(role=role))
     audit.record(
-        conn, actor=actor, action=AuditAction.OPERATOR_ROLE, subject=f"operator:{username}",
+        conn, actor=actor, action=AuditAction.OPERATOR_ROLE,
+        subject=f"operator:{account.username}",
         details={"from": account.role, "to": role}, now=now,
     )  # fmt: skip
-    return require_operator(conn, username)
+    return require_operator(conn, account.username)
 
 
 def set_disabled(
@@ -265,41 +283,41 @@ def set_disabled(
     `keep_an_admin` the last enabled admin cannot be disabled."""
     account = require_operator(conn, username)
     if keep_an_admin and disabled and account.role == Role.ADMIN and not account.disabled:
-        check_an_admin_remains(conn, username)
+        check_an_admin_remains(conn, account.username)
     conn.execute(
         sa.update(operators)
-        .where(operators.c.username == username)
+        .where(operators.c.id == account.id)
         .values(disabled=disabled, session_epoch=_next_epoch())
     )
     audit.record(
         conn,
         actor=actor,
         action=AuditAction.OPERATOR_DISABLE if disabled else AuditAction.OPERATOR_ENABLE,
-        subject=f"operator:{username}",
+        subject=f"operator:{account.username}",
         now=now,
     )
-    return require_operator(conn, username)
+    return require_operator(conn, account.username)
 
 
 def set_password(
     conn: sa.Connection, username: str, password: str, *, now: datetime, actor: str = "cli"
 ) -> OperatorAccount:
     """Change a password; every existing session of the account ends."""
-    require_operator(conn, username)
-    password = check_password(password)
+    account = require_operator(conn, username)
+    password = check_password(password, username=account.username)
     conn.execute(
         sa.update(operators)
-        .where(operators.c.username == username)
+        .where(operators.c.id == account.id)
         .values(password_hash=generate_password_hash(password), session_epoch=_next_epoch())
     )
     audit.record(
         conn,
         actor=actor,
         action=AuditAction.OPERATOR_PASSWORD,
-        subject=f"operator:{username}",
+        subject=f"operator:{account.username}",
         now=now,
     )
-    return require_operator(conn, username)
+    return require_operator(conn, account.username)
 
 
 def set_timezone(conn: sa.Connection, username: str, zone: str | None) -> OperatorAccount:
@@ -307,9 +325,7 @@ def set_timezone(conn: sa.Connection, username: str, zone: str | None) -> Operat
     account reads the dashboard's times in. A display preference of the account's own,
     like the refresh interval: it changes no access and no data, so it is not audited,
     and sessions continue."""
-    require_operator(conn, username)
+    account = require_operator(conn, username)
     value = None if zone is None else check_timezone(zone)
-    conn.execute(
-        sa.update(operators).where(operators.c.username == username).values(timezone=value)
-    )
-    return require_operator(conn, username)
+    conn.execute(sa.update(operators).where(operators.c.id == account.id).values(timezone=value))
+    return require_operator(conn, account.username)

@@ -26,6 +26,7 @@ from jobdesk.shared.operator.payload_search import (
     parse_terms,
     refuse_hidden,
 )
+from jobdesk.shared.operator.visible_text import refuse_masked_value
 
 PAGE_SIZES: tuple[int, ...] = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 50
@@ -192,13 +193,17 @@ class JobFilters:
     payload: tuple[Term, ...] = ()
     sort: str = DEFAULT_SORT
     page_size: int = DEFAULT_PAGE_SIZE
+    #: Who searches sees emails masked (a viewer): the error search then matches only
+    #: what they see (`operator.visible_text`). Not a URL parameter: the role decides.
+    mask_emails: bool = False
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any], *, mask_emails: bool = False) -> JobFilters:
         """Parse query arguments (a Flask `request.args`, a dict); raises ValidationError.
 
-        `mask_emails`: the searcher sees emails masked (a viewer), so a payload search
-        for one is refused like a search for a secret."""
+        `mask_emails`: the searcher sees emails masked (a viewer), so a payload search or
+        an exact key filter for one is refused like one for a secret, and the error
+        search looks only at what a viewer sees of an error."""
         payload = parse_terms(_single(args, "payload"))
         refuse_hidden(payload, mask_emails=mask_emails)
         status = _choice(args, "status", tuple(str(s) for s in JobStatus))
@@ -230,8 +235,8 @@ class JobFilters:
             status=status,
             queue=_name(args, "queue"),
             job_type=_name(args, "type"),
-            group_key=_key(args, "group"),
-            idempotency_key=_key(args, "key"),
+            group_key=refuse_masked_value("group", _key(args, "group"), mask_emails=mask_emails),
+            idempotency_key=refuse_masked_value("key", _key(args, "key"), mask_emails=mask_emails),
             fingerprint=fingerprint,
             resolution=resolution,
             error=error,
@@ -248,6 +253,7 @@ class JobFilters:
             payload=payload,
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,
+            mask_emails=mask_emails,
         )
 
     def to_args(self) -> dict[str, str]:
@@ -258,6 +264,8 @@ class JobFilters:
         defaults = {"time_field": "created", "sort": DEFAULT_SORT, "page_size": DEFAULT_PAGE_SIZE}
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.name == "mask_emails":
+                continue
             if value is None or value == () or defaults.get(item.name) == value:
                 continue
             if item.name == "payload":
@@ -295,7 +303,11 @@ class AuditFilters:
     page_size: int = DEFAULT_PAGE_SIZE
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any], actions: tuple[str, ...]) -> AuditFilters:
+    def from_args(
+        cls, args: Mapping[str, Any], actions: tuple[str, ...], *, mask_emails: bool = False
+    ) -> AuditFilters:
+        """Parse query arguments; `mask_emails` (a viewer): an actor that is an email
+        address is shown masked, so it cannot be filtered by either."""
         page_size_raw = _single(args, "page_size")
         if page_size_raw is not None and page_size_raw not in {str(s) for s in PAGE_SIZES}:
             raise ValidationError(
@@ -306,7 +318,7 @@ class AuditFilters:
         if since is not None and until is not None and since > until:
             raise ValidationError("until", "must be after `since`")
         return cls(
-            actor=_key(args, "actor"),
+            actor=refuse_masked_value("actor", _key(args, "actor"), mask_emails=mask_emails),
             action=_choice(args, "action", actions),
             job_id=parse_positive_int("job", _single(args, "job")),
             since=since,

@@ -62,7 +62,10 @@ def _digest(*parts: str) -> str:
 
 
 def bucket_keys(address: str, username: str) -> dict[str, int]:
-    """Each bucket's key and capacity for an attempt by `username` from `address`."""
+    """Each bucket's key and capacity for an attempt by `username` from `address`.
+    Usernames are case-insensitive, so are the buckets: `ANA`, `Ana` and `ana` guess at
+    one account and drain one bucket."""
+    username = username.lower()
     return {
         f"{KEY_PREFIX}au:{_digest(address, username)}": MAX_FAILURES_PER_ADDRESS_AND_USER,
         f"{KEY_PREFIX}a:{_digest(address)}": MAX_FAILURES_PER_ADDRESS,

@@ -12,6 +12,9 @@ from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, in_list, table_
 from jobdesk.shared.core.sqltypes import utcnow
 from jobdesk.shared.operator.zones import ZONE_MAX_CHARS
 
+#: The unique index that makes usernames case-insensitive (migration jobdesk_0002).
+USERNAME_LOWER_INDEX = "uq_jobdesk_operators_username_lower"
+
 
 class Role(StrEnum):
     """Dashboard roles, in increasing power: each includes the ones before it."""
@@ -42,6 +45,9 @@ class Operator(Base):
     __table_args__ = (
         sa.CheckConstraint(in_list("role", sorted(Role)), name="role"),
         sa.CheckConstraint("session_epoch >= 0", name="session_epoch"),
+        # Usernames are case-insensitive: `Ana` is the account `ana`. The username
+        # pattern is ASCII, so lower() means the same on both databases.
+        sa.Index(USERNAME_LOWER_INDEX, sa.func.lower(sa.literal_column("username")), unique=True),
     )
 
 

@@ -11,6 +11,9 @@ key inside it (`customer.id=7`); keys use a-z A-Z 0-9 _ -. Values match JSON sca
 - `user_id="42"`, `name="Ana Lopez"`: quoted (a JSON string), only that string.
 
 Arrays and objects are not values; an element of an array is not found by its key.
+At most `MAX_TERMS` terms; a term is at most `MAX_TERM_CHARS` characters as typed and the
+whole search `MAX_QUERY_CHARS` — checked before any parsing, and the tokenizer reads
+each character once, so no search costs more than a glance however it is written.
 
 Indexed on both databases: PostgreSQL answers each term with JSONB containment
 (`payload @> '{"user_id": 42}'`) from the GIN index `ix_jobdesk_jobs_payload`; SQLite
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -40,10 +44,14 @@ from jobdesk.shared.core.payload_terms import MAX_VALUE_CHARS, payload_terms
 
 PARAMETER = "payload"
 MAX_TERMS = 5
+#: A term as typed: a two-level path (201), `=`, a quoted 200-character value with room
+#: for its escapes.
+MAX_TERM_CHARS = 600
+#: The whole search as typed: five terms of a usual size and the spaces between them.
+MAX_QUERY_CHARS = 2000
 #: A key and at most one key inside it: what the SQLite terms table indexes.
 MAX_DEPTH = 2
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")
-_TERM = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"]+)(?=\s|$)')
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _LITERALS: dict[str, bool | None] = {"true": True, "false": False, "null": None}
 _BIGINT = 2**63
@@ -107,35 +115,87 @@ def _value(raw: str) -> tuple[Scalar, str | None]:
     return raw, None
 
 
+def _not_a_term(rest: str) -> ValidationError:
+    return ValidationError(
+        PARAMETER,
+        f'{rest.strip()[:40]!r} is not a key=value term (e.g. user_id=42 or name="Ana Lopez")',
+    )
+
+
+def _tokens(raw: str) -> Iterator[tuple[str, str]]:
+    """(path, value as typed) for each `path=value` of `raw`, left to right.
+
+    One pass, each character looked at once (a backtracking pattern here cost seconds a
+    request on a long term). A path runs up to `=` (no space or quote in it); a value is
+    a JSON string in quotes (`\\"` escapes a quote) or runs up to the next space; a term
+    ends at a space or the end. Anything else raises, quoting from where it went wrong.
+    """
+    end = len(raw)
+    index = 0
+    while True:
+        while index < end and raw[index].isspace():
+            index += 1
+        if index == end:
+            return
+        start = index
+        while index < end and not raw[index].isspace() and raw[index] not in '="':
+            index += 1
+        if index in (start, end) or raw[index] != "=":
+            raise _not_a_term(raw[start:])
+        path = raw[start:index]
+        index += 1
+        value_start = index
+        if index < end and raw[index] == '"':
+            index += 1
+            while index < end and raw[index] != '"':
+                index += 2 if raw[index] == "\\" else 1
+            if index >= end:
+                raise _not_a_term(raw[start:])
+            index += 1
+        else:
+            while index < end and not raw[index].isspace() and raw[index] != '"':
+                index += 1
+        if index == value_start or (index < end and not raw[index].isspace()):
+            raise _not_a_term(raw[start:])
+        if index - start > MAX_TERM_CHARS:
+            raise ValidationError(
+                PARAMETER,
+                f"{raw[start : start + 40]!r}… is {index - start:,} characters long; a term "
+                f"is limited to {MAX_TERM_CHARS:,}",
+            )
+        yield path, raw[value_start:index]
+
+
 def parse_terms(raw: str | None) -> tuple[Term, ...]:
     """The terms of a `payload` parameter (empty for None); raises ValidationError."""
     if raw is None:
         return ()
+    if len(raw) > MAX_QUERY_CHARS:
+        raise ValidationError(
+            PARAMETER,
+            f"is {len(raw):,} characters long; a payload search is limited to "
+            f"{MAX_QUERY_CHARS:,} characters ({MAX_TERMS} terms)",
+        )
     terms: list[Term] = []
-    position = 0
-    for match in _TERM.finditer(raw):
-        if raw[position : match.start()].strip():
-            break
-        position = match.end()
-        path = tuple(match.group(1).split("."))
+    for raw_path, raw_value in _tokens(raw):
+        path = tuple(raw_path.split("."))
         if len(path) > MAX_DEPTH or not all(_KEY.fullmatch(key) for key in path):
             raise ValidationError(
                 PARAMETER,
-                f"{match.group(1)[:40]!r}: a key is a-z A-Z 0-9 _ - (up to 100), or two "
+                f"{raw_path[:40]!r}: a key is a-z A-Z 0-9 _ - (up to 100), or two "
                 "joined by a dot (customer.id)",
             )
-        value, spelled = _value(match.group(2))
+        value, spelled = _value(raw_value)
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             raise ValidationError(PARAMETER, f"a value is limited to {MAX_VALUE_CHARS} characters")
         if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise ValidationError(PARAMETER, "a value must not contain control characters")
+        if isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+            # `"\ud800"` parses as JSON but is no text a database can store or compare.
+            raise ValidationError(
+                PARAMETER, "a value must not contain a lone surrogate (\\ud800-\\udfff)"
+            )
         terms.append(Term(path, value, spelled))
-    if raw[position:].strip():
-        raise ValidationError(
-            PARAMETER,
-            f"{raw[position:].strip()[:40]!r} is not a key=value term "
-            '(e.g. user_id=42 or name="Ana Lopez")',
-        )
     if len(terms) > MAX_TERMS:
         raise ValidationError(PARAMETER, f"has {len(terms)} terms; the limit is {MAX_TERMS}")
     return tuple(dict.fromkeys(terms))

@@ -35,6 +35,7 @@ from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, chec
 from jobdesk.shared.operator.holds import endpoint_name, held_condition
 from jobdesk.shared.operator.payload_search import payload_matches
 from jobdesk.shared.operator.payload_summary import payload_summary
+from jobdesk.shared.operator.visible_text import searchable_error_sql
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
@@ -83,21 +84,30 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def error_matches(conn: sa.Connection, text: str) -> sa.ColumnElement[bool]:
+def error_matches(
+    conn: sa.Connection, text: str, *, mask_emails: bool = False
+) -> sa.ColumnElement[bool]:
     """Jobs whose current error or any past attempt's error contains `text`, ignoring case.
 
     PostgreSQL: `ILIKE` served by the pg_trgm GIN indexes on both columns; the two index
     searches are combined with UNION so each can use its own index. SQLite: `LIKE`
-    (case-insensitive for ASCII).
+    (case-insensitive for ASCII). With `mask_emails` (a viewer) the text must also be in
+    the part of the error a viewer sees — no stack, emails masked
+    (`operator.visible_text`): the index finds the candidates, that check keeps them.
     """
     pattern = like_pattern(text)
     searched = jobs.alias("searched")
-    if is_postgresql(conn):
-        current = searched.c.last_error.ilike(pattern, escape=LIKE_ESCAPE)
-        past = job_attempts.c.error.ilike(pattern, escape=LIKE_ESCAPE)
-    else:
-        current = searched.c.last_error.like(pattern, escape=LIKE_ESCAPE)
-        past = job_attempts.c.error.like(pattern, escape=LIKE_ESCAPE)
+
+    def contains(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        if is_postgresql(conn):
+            return column.ilike(pattern, escape=LIKE_ESCAPE)
+        return column.like(pattern, escape=LIKE_ESCAPE)
+
+    current = contains(searched.c.last_error)
+    past = contains(job_attempts.c.error)
+    if mask_emails:
+        current = sa.and_(current, contains(searchable_error_sql(conn, searched.c.last_error)))
+        past = sa.and_(past, contains(searchable_error_sql(conn, job_attempts.c.error)))
     matching_ids = sa.union(
         sa.select(searched.c.id).where(current),
         sa.select(job_attempts.c.job_id).where(past),
@@ -155,7 +165,7 @@ def filter_conditions(
     if until is not None:
         conditions.append(column <= until)
     if filters.error is not None:
-        conditions.append(error_matches(conn, filters.error))
+        conditions.append(error_matches(conn, filters.error, mask_emails=filters.mask_emails))
     if filters.endpoint is not None:
         conditions.append(jobs.c.job_type == WEBHOOK_JOB_TYPE)
         conditions.append(endpoint_name(conn) == filters.endpoint)

@@ -11,7 +11,9 @@ and again at every delivery, because DNS answers change:
 - every address the name resolves to must be public: loopback, private, link-local,
   CGNAT (100.64/10), unique-local, multicast, unspecified and reserved ranges are
   refused, including IPv4 addresses hidden inside IPv6 (IPv4-mapped, 6to4, Teredo,
-  NAT64);
+  NAT64), and the special ranges Python's `ipaddress` does not know or did not always
+  know (`_SPECIAL`: deprecated site-local `fec0::/10`, the local-use NAT64 prefix,
+  discard-only, documentation, SRv6 SIDs, the deprecated 6to4 relay anycast range);
 - the caller connects to one of the vetted addresses (`VettedTarget.addresses`), not to
   the name again, so a second DNS answer cannot swap in a private address.
 
@@ -33,6 +35,25 @@ MAX_URL_LENGTH = 2000
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: Non-public ranges named one by one, whatever this Python's `ipaddress` says of them
+#: (its tables have changed between versions; `fec0::/10` counts as global in 3.11).
+_SPECIAL: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
+    (ipaddress.ip_network(network), reason)
+    for network, reason in (
+        ("fec0::/10", "a site-local address (deprecated, RFC 3879)"),
+        ("64:ff9b:1::/48", "a local-use NAT64 address (RFC 8215)"),
+        ("100::/64", "a discard-only address (RFC 6666)"),
+        ("2001:db8::/32", "a documentation address"),
+        ("3fff::/20", "a documentation address"),
+        ("5f00::/16", "an SRv6 SID (RFC 9602)"),
+        ("192.88.99.0/24", "a 6to4 relay anycast address (deprecated, RFC 7526)"),
+        ("192.0.0.0/24", "an IETF protocol assignment"),
+        ("198.18.0.0/15", "a benchmarking address"),
+        ("192.0.2.0/24", "a documentation address"),
+        ("198.51.100.0/24", "a documentation address"),
+        ("203.0.113.0/24", "a documentation address"),
+    )
+)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[..., Sequence[tuple[Any, ...]]]
@@ -148,6 +169,9 @@ def forbidden_reason(address: IPAddress) -> str | None:
         if embedded is not None:
             inner = forbidden_reason(embedded)
             return f"{address} embeds {embedded}: {inner}" if inner else None
+    for network, special in _SPECIAL:
+        if address.version == network.version and address in network:
+            return f"{address} is {special}"
     checks = (
         (address.is_unspecified, "an unspecified address"),
         (address.is_loopback, "a loopback address"),

@@ -88,3 +88,24 @@ def test_dashboard_refuses_without_key_and_remote_debugger(db_url: str) -> None:
     assert "only on 127.0.0.1" in debug.output
     dev = run(db_url, "dashboard", "--host", "0.0.0.0", "--dev")
     assert dev.exit_code == 2
+
+
+def test_users_add_and_passwd_refuse_weak_passwords_and_case_twins(db_url: str) -> None:
+    common = run(db_url, "users", "add", "ana", "--role", "admin", stdin="Qwertyuiop\n")
+    assert common.exit_code == 1
+    assert "most common passwords" in common.output
+    own_name = run(db_url, "users", "add", "anabel", "--role", "admin", stdin="hi anabel 2026\n")
+    assert own_name.exit_code == 1
+    assert "must not contain the username" in own_name.output
+    assert (
+        run(db_url, "users", "add", "ana", "--role", "admin", stdin="a long password\n").exit_code
+        == 0
+    )
+    twin = run(db_url, "users", "add", "ANA", "--role", "viewer", stdin="a long password\n")
+    assert twin.exit_code == 1
+    assert "case-insensitive" in twin.output
+    weak = run(db_url, "users", "passwd", "ana", stdin="password123\n")
+    assert weak.exit_code == 1
+    assert "most common passwords" in weak.output
+    changed = run(db_url, "users", "passwd", "Ana", stdin="another long one\n")
+    assert changed.exit_code == 0, changed.output

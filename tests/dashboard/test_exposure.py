@@ -202,3 +202,27 @@ def test_behind_a_tls_proxy_the_forwarded_scheme_counts(
         assert response.status_code == 303, response.get_data(as_text=True)
     finally:
         app.extensions["jobdesk"].dispose()
+
+
+def test_viewers_get_a_pruned_jobs_error_without_the_stack(
+    app: Flask, engine: sa.Engine, users: None
+) -> None:
+    """The tombstone page of a pruned job showed viewers the whole stored error."""
+    from datetime import UTC, datetime, timedelta
+
+    from jobdesk.shared.core.states import JobStatus
+    from jobdesk.shared.retention.pruning import prune_jobs_batch
+
+    with engine.begin() as conn:
+        job_id = dead_job(conn, last_error=STACK)
+    operator = browser_for(app, "otto")
+    assert operator.post(f"/jobs/{job_id}/ignore", {"reason": "gone"}).status_code == 303
+    with engine.begin() as conn:
+        later = datetime.now(UTC) + timedelta(days=1)
+        assert prune_jobs_batch(conn, JobStatus.DEAD, later, now=later).deleted == 1
+    viewer = browser_for(app, "vera").get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "This job was pruned." in viewer
+    assert "CRM refused the connection" in viewer
+    assert "/srv/" not in viewer
+    assert "stack trace hidden" in viewer
+    assert "/srv/app/integrations/crm.py" in operator.get(f"/jobs/{job_id}").get_data(as_text=True)

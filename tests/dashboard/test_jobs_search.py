@@ -5,15 +5,21 @@ previous pages and the total."""
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qs, urlsplit
+import time
+from functools import cached_property
+from urllib.parse import parse_qs, parse_qsl, quote, urlsplit
 
 import pytest
 import sqlalchemy as sa
+from flask import Flask, Request
+from werkzeug.datastructures import ImmutableMultiDict
 
 from jobdesk.shared.core.job_types import TypeDefaults
+from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.core.published_types import publish_defaults
 from jobdesk.shared.core.queues import pause_queue
 from jobdesk.shared.operator import totals
+from jobdesk.shared.operator.visible_text import searchable_error, searchable_error_sql
 from tests.dashboard.conftest import NOW, Browser
 from tests.factories import make_job
 
@@ -45,6 +51,18 @@ def test_bad_payload_searches_are_refused_by_name(viewer: Browser) -> None:
     page = viewer.get("/jobs?payload=user_id")
     assert page.status_code == 400
     assert "Bad filter: payload" in page.get_data(as_text=True)
+
+
+def test_a_huge_payload_search_is_a_quick_400_naming_the_limit(viewer: Browser) -> None:
+    """A 256 KiB term cost minutes of CPU per page view (quadratic parsing)."""
+    for path in ("/jobs", "/jobs/news", "/dead"):
+        started = time.perf_counter()
+        page = viewer.get(f"{path}?payload={'a' * 256 * 1024}")
+        assert time.perf_counter() - started < 2
+        assert page.status_code == 400
+        text = page.get_data(as_text=True)
+        assert "payload" in text
+        assert "limited to 2,000 characters" in text
 
 
 def test_masked_values_cannot_be_probed(
@@ -200,3 +218,157 @@ def test_totals_are_exact_under_the_cap_and_say_when_they_are_not(
         assert re.search(r"about [\d,.k]+ jobs in all", html), html
     else:
         assert "more than 10 jobs in all" in html
+
+
+# --- what a viewer cannot see, a viewer cannot find ----------------------------------------
+
+_REFUSED = (
+    "SMTPRecipientsRefused: ana.lopez@example.com was refused by mx.example.com\n"
+    '  File "/srv/app/mailer/secret_relay.py", line 44, in send\n'
+    "    relay.send(to)\n"
+)
+
+
+def test_a_viewers_error_search_matches_only_the_error_they_see(
+    viewer: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    """Issue: `error=` searched the unmasked text, so a viewer could confirm the masked
+    local part of an email (or read the stack trace they are not shown) letter by letter."""
+    with engine.begin() as conn:
+        current = make_job(conn, status="dead", last_error=_REFUSED)
+        past = make_job(conn, status="dead", last_error="TimeoutError: took too long")
+        conn.execute(
+            sa.insert(job_attempts).values(job_id=past, attempt=1, outcome="failed", error=_REFUSED)
+        )
+    hidden = ("ana.lopez", "na.lop", "lopez@", "secret_relay", "relay.send")
+    for text in hidden:
+        for path in ("/jobs", "/dead"):
+            page = viewer.get(f"{path}?error={quote(text)}")
+            assert page.status_code == 200, text
+            assert rows(page.get_data(as_text=True)) == [], (path, text)
+        # Operators see all of it, so they find it.
+        assert rows(operator.get(f"/jobs?error={quote(text)}").get_data(as_text=True)) == [
+            past,
+            current,
+        ], text
+    # What the viewer does see is found, in the current error and in past attempts'.
+    for text in ("was refused by", "@example.com", "SMTPRecipientsRefused: a"):
+        html = viewer.get(f"/jobs?error={quote(text)}").get_data(as_text=True)
+        assert rows(html) == [past, current], text
+    # The polling endpoint counts with the same rule.
+    news = viewer.get(f"/jobs/news?error={quote('lopez')}").get_data(as_text=True)
+    assert "new job" not in news
+    news = operator.get(f"/jobs/news?error={quote('lopez')}").get_data(as_text=True)
+    assert "2 new jobs" in news
+
+
+def test_the_searchable_error_is_the_same_on_both_databases(conn: sa.Connection) -> None:
+    samples = [
+        _REFUSED,
+        "x ana@b.c d.e+f@g.h @lead trail@ a@@b@",
+        "-ana@x.com é.bob@x.com\u2028carl@x.com",
+        'Traceback (most recent call last):\n  File "a.py"',
+        "no stack, no mail",
+        "",
+    ]
+    for text in samples:
+        query = sa.select(searchable_error_sql(conn, sa.literal(text, sa.Text)))
+        assert conn.execute(query).scalar_one() == searchable_error(text), text
+
+
+def test_viewers_cannot_confirm_an_email_in_a_key_group_or_actor(
+    viewer: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        job_id = make_job(
+            conn,
+            idempotency_key="welcome:ana.lopez@example.com",
+            group_key="user:ana.lopez@example.com",
+        )
+    for name, value in (
+        ("key", "welcome:ana.lopez@example.com"),
+        ("group", "user:ana.lopez@example.com"),
+    ):
+        for path in ("/jobs", "/jobs/news", "/dead"):
+            page = viewer.get(f"{path}?{name}={quote(value)}")
+            assert page.status_code == 400, (path, name)
+            assert "email address" in page.get_data(as_text=True)
+        html = operator.get(f"/jobs?{name}={quote(value)}").get_data(as_text=True)
+        assert rows(html) == [job_id]
+    # The job's page links viewers to the same key by job, which still works.
+    assert rows(viewer.get(f"/jobs?key_of={job_id}").get_data(as_text=True)) == [job_id]
+    assert rows(viewer.get(f"/jobs?group_of={job_id}").get_data(as_text=True)) == [job_id]
+    # An audit actor that is an email is shown masked to viewers: not a filter for them.
+    page = viewer.get("/audit?actor=ana.lopez%40example.com")
+    assert page.status_code == 400
+    assert "email address" in page.get_data(as_text=True)
+    assert operator.get("/audit?actor=ana.lopez%40example.com").status_code == 200
+
+
+def test_nobody_can_confirm_a_secret_in_a_key(
+    viewer: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        make_job(conn, idempotency_key="sync?token=abcdef123456")
+    for who in (viewer, operator):
+        page = who.get(f"/jobs?key={quote('sync?token=abcdef123456')}")
+        assert page.status_code == 400
+        assert "a secret" in page.get_data(as_text=True)
+
+
+def test_a_viewer_sees_an_email_in_a_long_error_line_masked_not_cut(
+    viewer: Browser, engine: sa.Engine
+) -> None:
+    """The list cut the error's first line to 160 characters before masking it, so an
+    address crossing the cut showed the start of its local part."""
+    with engine.begin() as conn:
+        make_job(conn, status="dead", last_error="E: " + "x" * 150 + " ana.lopez@example.com")
+    html = viewer.get("/jobs").get_data(as_text=True)
+    assert "ana.lo" not in html
+    assert "a***" in html
+
+
+LONE_SURROGATE_TERM = 'a="\\ud800"'
+
+
+def test_a_lone_surrogate_in_a_search_is_a_400_naming_the_parameter(
+    viewer: Browser, app: Flask
+) -> None:
+    """`payload=a="\\ud800"` parses as JSON; the database then failed to encode it (500)."""
+    for path in ("/jobs", "/jobs/news", "/dead"):
+        page = viewer.get(f"{path}?payload={quote(LONE_SURROGATE_TERM)}")
+        assert page.status_code == 400, path
+        assert "payload" in page.get_data(as_text=True)
+        assert "lone surrogate" in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("raw", [b"error=ab\xffcd", b"key=\xed\xa0\x80", b"\xff=1"])
+def test_a_query_string_that_is_not_utf8_is_a_400(viewer: Browser, raw: bytes) -> None:
+    """Raw bytes a server passes through (not percent-encoded) failed to decode: a 500."""
+    page = viewer.client.get("/jobs", environ_overrides={"QUERY_STRING": raw.decode("latin-1")})
+    assert page.status_code == 400
+    assert "query is not valid UTF-8" in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("query", ["error=ab%ED%A0%80cd", "key=%ED%B0%80", "%ED%A0%80=1"])
+def test_lone_surrogates_from_a_lenient_request_class_are_a_400(
+    viewer: Browser, app: Flask, query: str
+) -> None:
+    """A host app's request class may decode invalid UTF-8 with `surrogateescape`; the
+    lone surrogates must not reach a query (a 500 from the database driver)."""
+
+    class Lenient(Request):
+        @cached_property
+        def args(self) -> ImmutableMultiDict[str, str]:  # type: ignore[override]
+            text = self.query_string.decode("utf-8", "surrogateescape")
+            return ImmutableMultiDict(
+                parse_qsl(text, keep_blank_values=True, errors="surrogateescape")
+            )
+
+    app.request_class = Lenient
+    page = viewer.get(f"/jobs?{query}")
+    assert page.status_code == 400
+    text = page.get_data(as_text=True)
+    assert "lone surrogate" in text
+    name = query.split("=", 1)[0]
+    assert f"Bad input: {name if '%' not in name else 'query'} is not" in text

@@ -113,6 +113,20 @@ def test_a_success_costs_nothing_and_clears_the_address_user_bucket(
     assert [r.retry_after for r in results] == [0.0] * 5
 
 
+def test_changing_the_usernames_case_does_not_escape_its_limit(
+    engine: sa.Engine, users: None
+) -> None:
+    """Usernames are case-insensitive, so `OTTO`, `Otto`, `oTTo` … are one account: with
+    case-sensitive buckets each spelling had its own allowance of guesses."""
+    from jobdesk.shared.operator.login_throttle import attempt_login
+
+    now = datetime.now(UTC)
+    spellings = ["otto", "OTTO", "Otto", "oTTo", "ottO", "OtTo"]
+    with engine.begin() as conn:
+        results = [attempt_login(conn, "192.0.2.1", name, WRONG, now=now) for name in spellings]
+    assert [r.retry_after > 0 for r in results] == [False] * 5 + [True]
+
+
 def test_idle_login_buckets_are_pruned(engine: sa.Engine, users: None) -> None:
     from jobdesk.shared.operator.login_throttle import attempt_login, prune_idle_buckets
 

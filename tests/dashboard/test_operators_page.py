@@ -224,3 +224,51 @@ def test_names_with_dots_and_at_signs_work_in_every_action(
         assert account is not None
         assert (account.role, account.disabled) == ("operator", True)
     assert f'id="operator-{name}"' in admin.get("/operators").get_data(as_text=True)
+
+
+def test_a_name_differing_only_by_case_is_the_same_account(
+    app: Flask, admin: Browser, engine: sa.Engine
+) -> None:
+    """`Otto` could be added beside `otto`: two accounts one person would read as one."""
+    taken = admin.post("/operators", {"username": "Otto", "role": "admin", "password": PASSWORD})
+    assert taken.status_code == 422
+    text = taken.get_data(as_text=True)
+    assert "Username: otto already exists, and usernames are case-insensitive" in text
+    with engine.connect() as conn:
+        assert [a.username for a in list_operators(conn)] == ["ada", "otto", "vera"]
+    # Logging in works in any capitalisation, as the account.
+    browser = Browser(app.test_client())
+    assert browser.login("OTTO").status_code == 303
+    assert "otto" in browser.get("/").get_data(as_text=True)
+    # The account in use cannot be disabled through another spelling of its name.
+    admin.post("/operators/ADA/disable")
+    assert "it is the account you are signed in with" in admin.get("/operators").get_data(
+        as_text=True
+    )
+    with engine.connect() as conn:
+        account = get_operator(conn, "ada")
+        assert account is not None
+        assert not account.disabled
+
+
+def test_common_passwords_and_the_username_are_refused_next_to_the_field(
+    admin: Browser, operator: Browser, engine: sa.Engine
+) -> None:
+    for password, why in (
+        ("Password123", "is one of the most common passwords"),
+        ("nina-at-the-front-desk", "must not contain the username"),
+    ):
+        page = admin.post(
+            "/operators", {"username": "nina", "role": "viewer", "password": password}
+        )
+        assert page.status_code == 422
+        assert f"Password: {why}" in page.get_data(as_text=True)
+        reset = admin.post(
+            "/operators/otto/password", {"password": password.replace("nina", "otto")}
+        )
+        assert reset.status_code == 422
+        assert f"Password: {why}" in _row(reset.get_data(as_text=True), "otto")
+    with engine.connect() as conn:
+        assert get_operator(conn, "nina") is None
+    assert operator.get("/").status_code == 200  # otto's password did not change
+    assert _audit(engine, "operator:otto") == []

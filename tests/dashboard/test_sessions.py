@@ -109,6 +109,29 @@ def test_lifetime_and_idle_timeout_are_settings(
         app.extensions["jobdesk"].dispose()
 
 
+@pytest.mark.parametrize("idle", [60, 90, 600])
+def test_a_short_idle_timeout_does_not_end_an_active_session(
+    settings: Settings, engine: sa.Engine, users: None, clock: Clock, idle: int
+) -> None:
+    """The last-seen mark was rewritten at most once a minute, so with a 60 s idle
+    timeout a session clicking every 30 s ended a minute after login."""
+    app = create_app(replace(settings, session_idle_timeout_seconds=idle))
+    try:
+        browser = browser_for(app, "otto")
+        step = idle * 0.5
+        for _ in range(int(600 / step)):  # ten minutes, a click every half idle timeout
+            clock.advance(seconds=step)
+            assert browser.get("/").status_code == 200
+        # Nine tenths of the timeout after the last click it is still alive (the mark
+        # lags the click by at most a tenth), and past the whole timeout it is over.
+        clock.advance(seconds=idle * 0.9 - 1)
+        assert browser.get("/").status_code == 200
+        clock.advance(seconds=idle + 1)
+        assert browser.get("/").status_code == 303
+    finally:
+        app.extensions["jobdesk"].dispose()
+
+
 def test_a_copied_cookie_dies_at_logout(app: Flask, users: None) -> None:
     browser = browser_for(app, "otto")
     thief = _copy_cookie(browser, app)

@@ -6,6 +6,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ POSTGRESQL_ONLY_INDEXES = {
 }
 
 
+#: Expression indexes on both databases. SQLAlchemy does not reflect them from SQLite
+#: (it warns and skips them), so there they are checked in `sqlite_master` instead.
+SQLITE_UNREFLECTED_INDEXES = {"uq_jobdesk_operators_username_lower"}
+
+
+@contextmanager
+def expression_indexes_unreflected() -> Iterator[None]:
+    """Alembic cannot reflect SQLite's expression indexes and says so for each one the
+    metadata declares; the PostgreSQL-only ones are not created there at all."""
+    with warnings.catch_warnings():
+        for name in POSTGRESQL_ONLY_INDEXES | SQLITE_UNREFLECTED_INDEXES:
+            warnings.filterwarnings("ignore", f".*expression-based index '?{name}")
+        yield
+
+
 @pytest.fixture
 def empty_engine(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -65,23 +81,24 @@ def empty_engine(
 
 
 def drift(engine: sa.Engine) -> list[Any]:
-    with engine.connect() as conn, warnings.catch_warnings():
-        # Alembic cannot reflect SQLite's expression indexes and says so for each one the
-        # metadata declares; the PostgreSQL-only ones are not created there at all.
-        for name in POSTGRESQL_ONLY_INDEXES:
-            warnings.filterwarnings("ignore", f".*expression-based index '{name}'")
+    with engine.connect() as conn, expression_indexes_unreflected():
         context = MigrationContext.configure(conn, opts={"compare_type": True, **CONTEXT_OPTIONS})
         diffs = compare_metadata(context, metadata)
     if engine.dialect.name == "sqlite":
-        diffs = [d for d in diffs if not is_postgresql_only_index(d)]
+        diffs = [d for d in diffs if not is_unreflected_on_sqlite(d)]
+        # What reflection skipped is checked in the schema's own text instead.
+        definitions = index_sql(engine)
+        for name in SQLITE_UNREFLECTED_INDEXES:
+            if name not in definitions:
+                diffs.append(("missing_sqlite_index", name))
     return diffs
 
 
-def is_postgresql_only_index(diff: Any) -> bool:
+def is_unreflected_on_sqlite(diff: Any) -> bool:
     return (
         isinstance(diff, tuple)
         and diff[0] == "add_index"
-        and diff[1].name in POSTGRESQL_ONLY_INDEXES
+        and diff[1].name in POSTGRESQL_ONLY_INDEXES | SQLITE_UNREFLECTED_INDEXES
     )
 
 
@@ -189,8 +206,52 @@ def test_every_table_and_index_is_namespaced(empty_engine: sa.Engine) -> None:
     assert tables == {*metadata.tables, "jobdesk_alembic_version"}
     assert all(name.startswith("jobdesk_") for name in tables)
     for table in metadata.tables:
-        for index in inspector.get_indexes(table):
+        with expression_indexes_unreflected():
+            indexes = inspector.get_indexes(table)
+        for index in indexes:
             assert index["name"].startswith(("ix_jobdesk_", "uq_jobdesk_")), index["name"]
+    assert all(name.startswith("uq_jobdesk_") for name in SQLITE_UNREFLECTED_INDEXES)
+
+
+def test_usernames_are_unique_whatever_their_case(empty_engine: sa.Engine) -> None:
+    upgrade(empty_engine)
+    definition = index_sql(empty_engine)["uq_jobdesk_operators_username_lower"]
+    assert "unique" in definition
+    assert "lower(" in definition
+    insert = (
+        "INSERT INTO jobdesk_operators (username, password_hash, role) VALUES (:n, 'x', 'admin')"
+    )
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text(insert), {"n": "ana"})
+    with pytest.raises(sa.exc.IntegrityError), empty_engine.begin() as conn:
+        conn.execute(sa.text(insert), {"n": "Ana"})
+
+
+def test_accounts_differing_only_by_case_stop_the_migration_by_name(
+    empty_engine: sa.Engine,
+) -> None:
+    upgrade(empty_engine, "jobdesk_0001")
+    insert = (
+        "INSERT INTO jobdesk_operators (username, password_hash, role) VALUES (:n, 'x', 'admin')"
+    )
+    with empty_engine.begin() as conn:
+        for name in ("ana", "Ana", "bob", "ANA", "Carl", "carl"):
+            conn.execute(sa.text(insert), {"n": name})
+    with pytest.raises(MigrationError) as failure:
+        upgrade(empty_engine)
+    message = str(failure.value)
+    assert "ANA, Ana, ana, Carl, carl" in message
+    assert "bob" not in message
+    assert "\n" not in message
+    assert current_revision(empty_engine) == "jobdesk_0001"
+    # Once one of each is left, the migration goes through.
+    with empty_engine.begin() as conn:
+        conn.execute(
+            sa.text("DELETE FROM jobdesk_operators WHERE username IN ('Ana', 'ANA', 'Carl')")
+        )
+    upgrade(empty_engine)
+    assert current_revision(empty_engine) == head_revision()
+    assert drift(empty_engine) == []
 
 
 APP_SCHEMA = (

@@ -14,11 +14,16 @@ from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.operator.accounts import (
     LastAdminError,
+    UsernameTakenError,
     add_operator,
+    end_sessions,
+    get_operator,
     require_operator,
     set_disabled,
+    set_password,
     set_role,
     set_timezone,
+    verify,
 )
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -101,3 +106,41 @@ def test_an_account_keeps_the_zone_it_reads_times_in_until_cleared(engine: sa.En
         assert set_timezone(conn, "ana", None).timezone is None
         with pytest.raises(NotFoundError):
             set_timezone(conn, "nobody", "UTC")
+
+
+def test_usernames_are_case_insensitive(engine: sa.Engine) -> None:
+    _admins(engine, "ana")
+    with engine.begin() as conn:
+        with pytest.raises(UsernameTakenError, match="case-insensitive") as caught:
+            add_operator(conn, "Ana", PASSWORD, "viewer", now=NOW)
+        assert caught.value.existing == "ana"
+        with pytest.raises(UsernameTakenError, match="'ana' already exists"):
+            add_operator(conn, "ana", PASSWORD, "viewer", now=NOW)
+    with engine.begin() as conn:
+        # Every lookup finds the one account, which keeps the spelling it was made with.
+        account = verify(conn, "ANA", PASSWORD, now=NOW)
+        assert account is not None
+        assert account.username == "ana"
+        assert require_operator(conn, "aNa").username == "ana"
+        assert set_role(conn, "Ana", "operator", now=NOW).role == "operator"
+        assert end_sessions(conn, "ANA")
+        subjects = conn.execute(
+            sa.select(audit_log.c.subject).where(audit_log.c.action == "operator.role")
+        ).scalars()
+        assert list(subjects) == ["operator:ana"]
+        # A name outside the username pattern names nobody, even if Python lower-cases
+        # it to one (the Kelvin sign K becomes k).
+        add_operator(conn, "kate", PASSWORD, "viewer", now=NOW)
+        assert get_operator(conn, "\u212aate") is None
+        assert verify(conn, "\u212aate", PASSWORD, now=NOW) is None
+
+
+def test_a_password_may_not_contain_the_accounts_name(engine: sa.Engine) -> None:
+    _admins(engine, "otto")
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError, match="username"):
+            add_operator(conn, "nina", "Nina's long password", "viewer", now=NOW)
+        with pytest.raises(ValidationError, match="username"):
+            set_password(conn, "OTTO", "otto and a long tail", now=NOW)
+        with pytest.raises(ValidationError, match="most common"):
+            set_password(conn, "otto", "Password123", now=NOW)

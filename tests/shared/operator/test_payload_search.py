@@ -4,12 +4,15 @@ the index each uses, the SQLite terms kept by triggers, and what may not be sear
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobdesk import ValidationError
 from jobdesk.shared.core.db import make_engine
@@ -17,7 +20,13 @@ from jobdesk.shared.core.driver.postgresql import Explain
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_terms import payload_terms
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.payload_search import parse_terms
+from jobdesk.shared.operator.payload_search import (
+    MAX_QUERY_CHARS,
+    MAX_TERM_CHARS,
+    Term,
+    format_terms,
+    parse_terms,
+)
 from jobdesk.shared.operator.queries import filter_conditions, list_jobs
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
@@ -169,6 +178,8 @@ def test_the_search_uses_the_index_on_each_database(
         ('n="unterminated', "not a key=value term"),
         ("a=1 b=2 c=3 d=4 e=5 f=6", "the limit is 5"),
         ("name=" + "x" * 201, "limited to 200"),
+        ('name="\\ud800"', "lone surrogate"),  # valid JSON, no text a database takes
+        ('name="a\\udfffb"', "lone surrogate"),
     ],
 )
 def test_bad_terms_name_the_parameter(raw: str, message: str) -> None:
@@ -187,6 +198,77 @@ def test_terms_round_trip_through_the_url() -> None:
     assert filters.to_args() == {"payload": raw}
     assert JobFilters.from_args(filters.to_args()) == filters
     assert parse_terms("  a=1   a=1 ") == parse_terms("a=1")
+
+
+#: 256 KiB: what one request can carry.
+HUGE = 256 * 1024
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "a" * HUGE,  # one long key without `=`: ~8 s per 30,000 characters before
+        'a="' + "\\x" * (HUGE // 2),  # an unterminated quoted value full of escapes
+        "a" + "=a" * (HUGE // 2),
+        " a" * (HUGE // 2),
+        "a=1 " * (HUGE // 4),
+        "a=" + "b" * HUGE,
+    ],
+)
+def test_a_huge_search_is_refused_at_once_naming_the_limit(raw: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(ValidationError) as caught:
+        parse_terms(raw)
+    assert time.perf_counter() - started < 0.5
+    assert caught.value.field == "payload"
+    assert f"limited to {MAX_QUERY_CHARS:,} characters" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "a" * MAX_QUERY_CHARS,
+        'a="' + "\\x" * (MAX_QUERY_CHARS // 2 - 2),
+        "a" + "=a" * (MAX_QUERY_CHARS // 2 - 1),
+        "a=" + "b" * (MAX_QUERY_CHARS - 2),
+        'a="' + "b" * (MAX_QUERY_CHARS - 4) + '"',
+        "a" * 1000 + "=1 " + "b" * 990,
+    ],
+)
+def test_the_longest_allowed_searches_parse_in_linear_time(raw: str) -> None:
+    """Within the limit too: the tokenizer reads each character once (a backtracking
+    pattern took quadratic time on these)."""
+    started = time.perf_counter()
+    with pytest.raises(ValidationError):
+        parse_terms(raw)
+    assert time.perf_counter() - started < 0.05
+
+
+def test_a_long_term_is_refused_naming_the_term_limit() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_terms('name="' + "x" * MAX_TERM_CHARS + '"')
+    assert f"a term is limited to {MAX_TERM_CHARS}" in caught.value.message
+
+
+#: The characters the syntax cares about, and a few it should not trip over.
+_SYNTAX = st.text(alphabet='ab1.-_="\\ \t\u00e9\ud800\x00', max_size=MAX_QUERY_CHARS + 50)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=_SYNTAX)
+def test_any_search_text_parses_or_is_refused_quickly(raw: str) -> None:
+    started = time.perf_counter()
+    terms: tuple[Term, ...] | ValidationError
+    try:
+        terms = parse_terms(raw)
+    except ValidationError as exc:
+        terms = exc
+    if isinstance(terms, ValidationError):
+        assert terms.field == "payload"
+    else:
+        # What parsed reads back as the same terms (the URL round trip).
+        assert parse_terms(format_terms(terms)) == terms
+    assert time.perf_counter() - started < 0.2
 
 
 @pytest.mark.parametrize(

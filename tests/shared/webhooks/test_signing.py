@@ -87,6 +87,15 @@ def test_verify_refuses_old_and_future_timestamps() -> None:
     assert verify(secret, _headers([secret], b"{}", timestamp=now - 299), b"{}", now=now)
 
 
+@pytest.mark.parametrize("timestamp", ["9" * 400, "-" + "9" * 400, "1" + "0" * 309, "9" * 5000])
+def test_an_absurd_timestamp_is_a_verification_error(timestamp: str) -> None:
+    """A 400-digit timestamp raised OverflowError (int to float) out of `verify()`."""
+    secret = generate_secret()
+    headers = {**_headers([secret], b"{}"), "webhook-timestamp": timestamp}
+    with pytest.raises(WebhookVerificationError, match=r"tolerance|not an integer"):
+        verify(secret, headers, b"{}")
+
+
 def test_headers_are_case_insensitive_and_secret_may_be_bare_base64() -> None:
     secret = generate_secret()
     headers = {k.title(): v for k, v in _headers([secret], b"x").items()}

@@ -56,6 +56,45 @@ def test_unsafe_urls_are_refused(url: str, message: str) -> None:
         check_url(url)
 
 
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("fec0::1", "site-local"),  # let through before: Python 3.11 calls it global
+        ("feff:ffff::1", "site-local"),
+        ("3fff::1", "documentation"),
+        ("192.88.99.1", "6to4 relay anycast"),
+        ("64:ff9b:1::a00:1", "local-use NAT64"),
+        ("100::1", "discard-only"),
+        ("2001:db8::1", "documentation"),
+        ("5f00::1", "SRv6"),
+        ("192.0.2.1", "documentation"),
+        ("198.18.0.1", "benchmarking"),
+        ("64:ff9b::a00:5", "embeds 10.0.0.5"),  # NAT64 to a private IPv4
+        ("64:ff9b::7f00:1", "embeds 127.0.0.1"),
+        ("::ffff:169.254.169.254", "embeds 169.254.169.254"),
+        ("2002:a00:5::1", "embeds 10.0.0.5"),  # 6to4 around a private IPv4
+        ("2002:7f00:1::1", "embeds 127.0.0.1"),
+        ("::ffff:0:a00:5", "reserved"),  # IPv4-translated (SIIT)
+        ("::a00:5", "reserved"),  # IPv4-compatible (deprecated)
+        ("fe80::1", "link-local"),
+        ("ff02::1", "multicast"),
+    ],
+)
+def test_special_ipv6_and_ipv4_ranges_are_refused(address: str, reason: str) -> None:
+    with pytest.raises(UnsafeURLError, match=reason):
+        check_url("https://crm.example.com/hook", resolve=resolver_for(address))
+    literal = f"[{address}]" if ":" in address else address
+    with pytest.raises(UnsafeURLError, match=reason):
+        check_url(f"https://{literal}/hook")
+
+
+@pytest.mark.parametrize("address", ["2606:4700::1111", "64:ff9b::808:808", "2002:808:808::1"])
+def test_public_ipv6_destinations_still_pass(address: str) -> None:
+    """A public address, also reached through NAT64 or 6to4, is a fine destination."""
+    vetted = check_url("https://crm.example.com/hook", resolve=resolver_for(address))
+    assert vetted.addresses == (address,)
+
+
 def test_a_name_resolving_to_a_private_address_is_refused() -> None:
     with pytest.raises(UnsafeURLError, match=r"10\.0\.0\.5 is a private address"):
         check_url("https://crm.example.com/hook", resolve=resolver_for("10.0.0.5"))
