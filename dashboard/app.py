@@ -13,6 +13,7 @@ from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.job_types import JobModuleError, load_modules
 from jobdesk.shared.settings import Settings, SettingsError
 
@@ -92,7 +93,9 @@ def _engines(settings: Settings, engine: sa.Engine | None) -> tuple[sa.Engine, s
     if engine is not None:
         return engine, engine, False
     write = make_engine(settings=settings, application_name="jobdesk-dashboard")
-    if write.dialect.name == "sqlite":
+    if not driver(write).locks_rows:
+        # A write transaction takes the whole database (SQLite): pages read through an
+        # engine whose transactions never ask for the write lock.
         read = make_engine(
             settings=settings, sqlite_begin="DEFERRED", application_name="jobdesk-dashboard"
         )

@@ -59,6 +59,25 @@ class PayloadTerm(Base):
 payload_terms = table_of(PayloadTerm)
 
 
+#: Integers the terms hold as integers (SQLite's 64-bit range).
+_BIGINT = 2**63
+
+
+def term_value(value: str | float | bool | None) -> sa.ColumnElement[str]:
+    """A JSON scalar spelled as the triggers store it in `value` (see the module), for a
+    search to probe with."""
+    if isinstance(value, bool):
+        return sa.literal("true" if value else "false")
+    if value is None:
+        return sa.literal("null")
+    if isinstance(value, str):
+        return sa.literal("s" + value)
+    if isinstance(value, int) or (value.is_integer() and -_BIGINT <= value < _BIGINT):
+        return sa.literal(f"n{int(value)}")
+    # Other reals as SQLite itself prints them (its CAST, as in the trigger).
+    return sa.literal("n") + sa.cast(sa.literal(value, sa.Float()), sa.Text)
+
+
 def number_text(sql: str) -> str:
     """SQL for the canonical text of the number `sql`: an integral real as the integer
     (42.0 -> `42`), other reals as SQLite prints them. Used by the triggers and, with a

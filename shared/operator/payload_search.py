@@ -34,13 +34,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.masking import is_secret_key, mask_email, mask_text
-from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.payload_terms import MAX_VALUE_CHARS, payload_terms
+from jobdesk.shared.core.payload_terms import MAX_VALUE_CHARS
 
 PARAMETER = "payload"
 MAX_TERMS = 5
@@ -230,34 +228,6 @@ def refuse_hidden(terms: tuple[Term, ...], *, mask_emails: bool) -> None:
 # --- SQL ---------------------------------------------------------------------------------
 
 
-def _nested(path: tuple[str, ...], value: Scalar) -> object:
-    document: object = value
-    for key in reversed(path):
-        document = {key: document}
-    return document
-
-
-def _term_text(value: Scalar) -> sa.ColumnElement[str]:
-    """A value as `core.payload_terms` spells it."""
-    if isinstance(value, bool):
-        return sa.literal("true" if value else "false")
-    if value is None:
-        return sa.literal("null")
-    if isinstance(value, str):
-        return sa.literal("s" + value)
-    if isinstance(value, int) or (value.is_integer() and -_BIGINT <= value < _BIGINT):
-        return sa.literal(f"n{int(value)}")
-    # Other reals as SQLite itself prints them (its CAST, as in the trigger).
-    return sa.literal("n") + sa.cast(sa.literal(value, sa.Float()), sa.Text)
-
-
 def payload_matches(conn: sa.Connection, term: Term) -> sa.ColumnElement[bool]:
     """Jobs whose payload holds `term` (one of its candidate values at its path)."""
-    if is_postgresql(conn):
-        payload = sa.type_coerce(jobs.c.payload, JSONB)
-        return sa.or_(*(payload.contains(_nested(term.path, value)) for value in term.candidates))
-    t = payload_terms.c
-    found = sa.select(t.job_id).where(
-        t.path == ".".join(term.path), t.value.in_([_term_text(v) for v in term.candidates])
-    )
-    return jobs.c.id.in_(found)
+    return driver(conn).payload_match(term.path, term.candidates)

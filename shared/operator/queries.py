@@ -13,9 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,8 +21,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
-from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.documents import decode_document
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
@@ -45,29 +43,10 @@ ERROR_EXCERPT_CHARS = 300
 LIKE_ESCAPE = "\\"
 
 
-@contextmanager
-def statement_deadline(conn: sa.Connection, seconds: float) -> Iterator[None]:
-    """Bound every statement run inside the block (the caller's open transaction).
-
-    PostgreSQL: `statement_timeout` set LOCAL to the transaction. SQLite has no statement
-    timeout, so a progress handler interrupts a statement that runs past the deadline.
-    """
-    if is_postgresql(conn):
-        milliseconds = max(1, int(seconds * 1000))
-        conn.execute(sa.select(sa.func.set_config("statement_timeout", str(milliseconds), True)))
-        yield
-        return
-    raw: Any = conn.connection.dbapi_connection
-    deadline = time.monotonic() + seconds
-
-    def _over_time() -> int:
-        return 1 if time.monotonic() > deadline else 0
-
-    raw.set_progress_handler(_over_time, 10_000)
-    try:
-        yield
-    finally:
-        raw.set_progress_handler(None, 0)
+def statement_deadline(conn: sa.Connection, seconds: float) -> AbstractContextManager[None]:
+    """Bound every statement run inside the block (the caller's open transaction):
+    PostgreSQL's `statement_timeout`, a progress handler's interrupt on SQLite."""
+    return driver(conn).statement_deadline(conn, seconds)
 
 
 def inline(value: str) -> sa.BindParameter[str]:
@@ -99,9 +78,7 @@ def error_matches(
     searched = jobs.alias("searched")
 
     def contains(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
-        if is_postgresql(conn):
-            return column.ilike(pattern, escape=LIKE_ESCAPE)
-        return column.like(pattern, escape=LIKE_ESCAPE)
+        return driver(conn).contains_like(column, pattern, LIKE_ESCAPE)
 
     current = contains(searched.c.last_error)
     past = contains(job_attempts.c.error)

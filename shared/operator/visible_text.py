@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.masking import mask_email, mask_text
 
@@ -99,22 +99,26 @@ def searchable_error(text: str | None) -> str | None:
     return hide_address_runs(text)
 
 
-def _install_sqlite_function(conn: sa.Connection) -> None:
-    raw: Any = conn.connection.dbapi_connection
-    raw.create_function(SQLITE_FUNCTION, 1, searchable_error, deterministic=True)
-
-
 def searchable_error_sql(
     conn: sa.Connection, column: sa.ColumnElement[Any]
 ) -> sa.ColumnElement[str]:
-    """`searchable_error(column)` in SQL on `conn`'s database (on SQLite the function is
-    registered on the connection here, before the statement that uses it runs)."""
-    if is_postgresql(conn):
-        head = sa.func.split_part(sa.func.split_part(column, TRACEBACK_HEADER, 1), FRAME_START, 1)
-        return sa.func.regexp_replace(
-            head, _ADDRESS_RUN_SQL, "\\1" + _HIDDEN + "@", "g", type_=sa.Text
-        )
-    _install_sqlite_function(conn)
+    """`searchable_error(column)` in SQL on `conn`'s database: the same rule in each
+    database's own terms."""
+    spelled = driver(conn).choose(postgresql=_postgresql_rule, sqlite=_sqlite_rule)
+    return spelled(conn, column)
+
+
+def _postgresql_rule(conn: sa.Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
+    # split_part cuts at the markers; the regular expression runs in linear time there.
+    head = sa.func.split_part(sa.func.split_part(column, TRACEBACK_HEADER, 1), FRAME_START, 1)
+    return sa.func.regexp_replace(head, _ADDRESS_RUN_SQL, "\\1" + _HIDDEN + "@", "g", type_=sa.Text)
+
+
+def _sqlite_rule(conn: sa.Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
+    # SQLite has no regular expressions: the Python rule, registered on this connection
+    # before the statement that uses it runs.
+    raw: Any = conn.connection.dbapi_connection
+    raw.create_function(SQLITE_FUNCTION, 1, searchable_error, deterministic=True)
     function: sa.ColumnElement[str] = getattr(sa.func, SQLITE_FUNCTION)(column, type_=sa.Text)
     return function
 

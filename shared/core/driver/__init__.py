@@ -17,20 +17,31 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from jobdesk.shared.core.driver.base import Driver
-from jobdesk.shared.core.driver.postgresql import PostgreSQLDriver
-from jobdesk.shared.core.driver.sqlite import SQLiteDriver
 
-__all__ = ["Driver", "PostgreSQLDriver", "SQLiteDriver", "driver", "driver_named"]
+__all__ = ["Driver", "driver", "driver_named"]
 
-_DRIVERS: dict[str, Driver] = {"postgresql": PostgreSQLDriver(), "sqlite": SQLiteDriver()}
+_DRIVERS: dict[str, Driver] = {}
 
 
 def driver_named(dialect_name: str) -> Driver:
     """The driver of a dialect by its SQLAlchemy name (`postgresql`, `sqlite`)."""
-    try:
-        return _DRIVERS[dialect_name]
-    except KeyError:
-        raise ValueError(f"Jobdesk runs on PostgreSQL and SQLite, not {dialect_name!r}") from None
+    found = _DRIVERS.get(dialect_name)
+    if found is not None:
+        return found
+    # Imported on first use: the implementations name tables of modules (payload terms)
+    # that themselves ask the driver for their per-database triggers.
+    if dialect_name == "postgresql":
+        from jobdesk.shared.core.driver.postgresql import PostgreSQLDriver
+
+        found = PostgreSQLDriver()
+    elif dialect_name == "sqlite":
+        from jobdesk.shared.core.driver.sqlite import SQLiteDriver
+
+        found = SQLiteDriver()
+    else:
+        raise ValueError(f"Jobdesk runs on PostgreSQL and SQLite, not {dialect_name!r}")
+    _DRIVERS[dialect_name] = found
+    return found
 
 
 def driver(bind: sa.Connection | sa.Engine) -> Driver:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -86,6 +88,12 @@ class Driver(ABC):
         written nothing when not one whole token is there."""
 
     @abstractmethod
+    def statement_deadline(
+        self, conn: sa.Connection, seconds: float
+    ) -> AbstractContextManager[None]:
+        """Bound every statement run inside the block (the caller's open transaction)."""
+
+    @abstractmethod
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         """The planner's estimate of how many rows `query` returns, or None when the
         database has none to give (SQLite)."""
@@ -114,6 +122,18 @@ class Driver(ABC):
     def epoch_bucket(self, moment: Any, seconds: int) -> sa.ColumnElement[int]:
         """Which `seconds`-long bucket since the epoch a minute falls in (half a minute
         added, so float rounding never drops a whole minute into the bucket before)."""
+
+    @abstractmethod
+    def contains_like(self, column: Any, pattern: str, escape: str) -> sa.ColumnElement[bool]:
+        """`column LIKE pattern` ignoring case, as the database's text search indexes
+        serve it (PostgreSQL: ILIKE through trigram indexes; SQLite: LIKE, which ignores
+        ASCII case)."""
+
+    @abstractmethod
+    def payload_match(self, path: tuple[str, ...], values: Sequence[Any]) -> sa.ColumnElement[bool]:
+        """Jobs whose payload holds one of `values` (JSON scalars) at `path` (at most two
+        keys deep), as an index lookup (PostgreSQL: JSONB containment through the GIN
+        index; SQLite: a probe of `jobdesk_payload_terms`)."""
 
     @abstractmethod
     def greatest(self, first: Any, second: Any) -> sa.ColumnElement[Any]:

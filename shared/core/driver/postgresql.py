@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -117,6 +119,13 @@ class PostgreSQLDriver(Driver):
         elapsed = (now - row.updated_at).total_seconds()
         return 0, refilled(row.tokens, elapsed, capacity, refill_per_second)
 
+    @contextmanager
+    def statement_deadline(self, conn: sa.Connection, seconds: float) -> Iterator[None]:
+        # statement_timeout LOCAL to the caller's transaction.
+        milliseconds = max(1, int(seconds * 1000))
+        conn.execute(sa.select(sa.func.set_config("statement_timeout", str(milliseconds), True)))
+        yield
+
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         (plan,) = conn.execute(Explain(query)).one()
         document = plan[0] if isinstance(plan, list) else plan
@@ -137,6 +146,13 @@ class PostgreSQLDriver(Driver):
     def epoch_bucket(self, moment: Any, seconds: int) -> sa.ColumnElement[int]:
         return sa.cast(sa.func.floor((self.epoch_seconds(moment) + 30.0) / seconds), sa.BigInteger)
 
+    def contains_like(self, column: Any, pattern: str, escape: str) -> sa.ColumnElement[bool]:
+        return sa.type_coerce(column, sa.Text).ilike(pattern, escape=escape)
+
+    def payload_match(self, path: tuple[str, ...], values: Sequence[Any]) -> sa.ColumnElement[bool]:
+        payload = sa.type_coerce(sa.literal_column("jobdesk_jobs.payload"), pg.JSONB)
+        return sa.or_(*(payload.contains(_nested(path, value)) for value in values))
+
     def greatest(self, first: Any, second: Any) -> sa.ColumnElement[Any]:
         return sa.func.greatest(first, second)  # NULLs are ignored
 
@@ -147,3 +163,11 @@ class PostgreSQLDriver(Driver):
         # Qualified, so it binds to the jobs table whatever else the statement joins.
         key = check_payload_key(key)
         return sa.literal_column(f"(jobdesk_jobs.payload ->> '{key}')", sa.String())
+
+
+def _nested(path: tuple[str, ...], value: Any) -> object:
+    """`{"a": {"b": value}}` for path ("a", "b")."""
+    document: object = value
+    for key in reversed(path):
+        document = {key: document}
+    return document

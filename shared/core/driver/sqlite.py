@@ -4,6 +4,9 @@ text ("YYYY-MM-DD HH:MM:SS.ffffff", which sorts as it compares)."""
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -18,6 +21,7 @@ from jobdesk.shared.core.driver.base import (
     first_take,
     refilled,
 )
+from jobdesk.shared.core.payload_terms import payload_terms, term_value
 from jobdesk.shared.core.sqltypes import UTCDateTime
 
 #: Characters of the stored UTC text up to the end of its minute, hour and day.
@@ -77,6 +81,22 @@ class SQLiteDriver(Driver):
         )
         return taken, level - taken
 
+    @contextmanager
+    def statement_deadline(self, conn: sa.Connection, seconds: float) -> Iterator[None]:
+        # No statement timeout here: a progress handler interrupts a statement that runs
+        # past the deadline.
+        raw: Any = conn.connection.dbapi_connection
+        deadline = time.monotonic() + seconds
+
+        def _over_time() -> int:
+            return 1 if time.monotonic() > deadline else 0
+
+        raw.set_progress_handler(_over_time, 10_000)
+        try:
+            yield
+        finally:
+            raw.set_progress_handler(None, 0)
+
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         return None
 
@@ -95,6 +115,16 @@ class SQLiteDriver(Driver):
     def epoch_bucket(self, moment: Any, seconds: int) -> sa.ColumnElement[int]:
         # Epoch seconds are positive, so truncating is flooring (and needs no math functions).
         return sa.cast((self.epoch_seconds(moment) + 30.0) / seconds, sa.BigInteger)
+
+    def contains_like(self, column: Any, pattern: str, escape: str) -> sa.ColumnElement[bool]:
+        return sa.type_coerce(column, sa.Text).like(pattern, escape=escape)
+
+    def payload_match(self, path: tuple[str, ...], values: Sequence[Any]) -> sa.ColumnElement[bool]:
+        t = payload_terms.c
+        found = sa.select(t.job_id).where(
+            t.path == ".".join(path), t.value.in_([term_value(value) for value in values])
+        )
+        return sa.literal_column("jobdesk_jobs.id").in_(found)
 
     def greatest(self, first: Any, second: Any) -> sa.ColumnElement[Any]:
         # The two-argument max() is NULL when either side is.
