@@ -69,7 +69,7 @@ from jobdesk.worker.heartbeat import Heartbeat
 from jobdesk.worker.listener import Listener
 from jobdesk.worker.maintenance.scheduler import Maintenance
 from jobdesk.worker.maintenance.tasks import MaintenanceContext
-from jobdesk.worker.pool import SlotPool
+from jobdesk.worker.pool import SlotPool, crashed_outcome
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 from jobdesk.worker.watchdog import FreezeWatchdog
@@ -171,6 +171,7 @@ class Runner:
                 run=self._run_attempt,
                 on_timeout=self._on_timeout,
                 on_free=self._wake.set,
+                on_crash=self._on_slot_crash,
             )
             for g in config.groups
         }
@@ -490,7 +491,7 @@ class Runner:
         """Prefetched jobs the slots will not start soon go back to the queue, for any
         process to start (see `jobdesk.worker.pool`)."""
         for pool in self.pools.values():
-            if pool.busy > pool.slots:
+            if pool.busy > pool.slots or pool.stranded:
                 self._hand_back(pool.take_excess(now), "handed back unstarted: slots are busy")
 
     def _hand_back(self, attempts: list[Attempt], reason: str) -> int:
@@ -518,6 +519,11 @@ class Runner:
             self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
         if attempt.finish(attempt.stopped_on_request(outcome)):
+            self.completer.submit(attempt)
+
+    def _on_slot_crash(self, attempt: Attempt, exc: BaseException) -> None:
+        """A slot thread failed while it held `attempt` (see `jobdesk.worker.pool`)."""
+        if attempt.settle(crashed_outcome(attempt, exc)):
             self.completer.submit(attempt)
 
     def _on_cancel_requested(self, attempt: Attempt) -> None:
