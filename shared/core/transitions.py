@@ -377,6 +377,11 @@ def rescue_expired(
     """Reaper step: jobs whose lease expired (their worker died or hung) go back to
     `failed` with backoff, or to `dead` when their attempts are spent. Error: "worker lost".
     A job an operator asked to cancel is not retried: it ends `cancelled` (see `fail`).
+
+    A `running` row with no lease at all (written by plain SQL or by hand: a claim writes
+    the status and the lease in one statement, and every move out of `running` clears
+    them together) is held by no worker, and no worker ever will renew it: it is rescued
+    at once, the same way, its error saying it had no lease.
     """
     query = (
         sa.select(
@@ -387,8 +392,12 @@ def rescue_expired(
             jobs.c.lease_token,
             jobs.c.locked_by,
             jobs.c.started_at,
+            jobs.c.lease_expires_at,
         )
-        .where(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_expires_at < now)
+        .where(
+            jobs.c.status == JobStatus.RUNNING.value,
+            sa.or_(jobs.c.lease_expires_at < now, jobs.c.lease_expires_at.is_(None)),
+        )
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
     )
@@ -400,8 +409,16 @@ def rescue_expired(
         decision = decide(
             attempt=row.attempts, max_attempts=row.max_attempts, now=now, policy=policy
         )
+        # A NULL token compares as `IS NULL` in `fail`'s compare-and-set.
         ref = JobRef(row.id, row.lease_token, row.attempts, row.locked_by or "?", row.started_at)
-        error = f"worker lost: {row.locked_by} stopped renewing its lease"
+        if row.lease_expires_at is None:
+            holder = f" (locked by {row.locked_by})" if row.locked_by else ""
+            error = (
+                f"no lease: the job was running without a lease{holder}, so no worker "
+                "could be running it or would ever finish it"
+            )
+        else:
+            error = f"worker lost: {row.locked_by} stopped renewing its lease"
         status = fail(
             conn,
             ref,
