@@ -73,6 +73,7 @@ from jobdesk.worker.pool import SlotPool, crashed_outcome
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 from jobdesk.worker.watchdog import FreezeWatchdog
+from jobdesk.worker.witness import RunningAttempt, running_report
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -216,18 +217,22 @@ class Runner:
 
     # ----------------------------------------------------------------- lifecycle
     def run(self) -> int:
-        if self.install_signals:
-            self._install_signal_handlers()
-        if not self._start():
-            return self.exit_code
-        if self.tune_gc:
-            _tune_gc()
         if self.watchdog is not None:
-            self.watchdog.start(self.earliest_deadline)
+            self.watchdog.prepare()  # forks its witness: before any thread here starts
         try:
-            self._dispatch_loop()
+            if self.install_signals:
+                self._install_signal_handlers()
+            if not self._start():
+                return self.exit_code
+            if self.tune_gc:
+                _tune_gc()
+            if self.watchdog is not None:
+                self.watchdog.start(self.earliest_deadline, self._running_attempts)
+            try:
+                self._dispatch_loop()
+            finally:
+                self._shutdown()
         finally:
-            self._shutdown()
             if self.watchdog is not None:
                 self.watchdog.stop()
         return self.exit_code
@@ -581,6 +586,10 @@ class Runner:
         the freeze watchdog waits for, plus its grace)."""
         deadlines = [d for p in self.pools.values() if (d := p.earliest_deadline()) is not None]
         return min(deadlines, default=None)
+
+    def _running_attempts(self) -> tuple[str, list[RunningAttempt]]:
+        """This worker's id and the attempts its slots run (for the watchdog's witness)."""
+        return self.worker_id, running_report(a for p in self.pools.values() for a in p.running())
 
     def held(self) -> list[Attempt]:
         with self._held_lock:

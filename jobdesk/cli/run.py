@@ -119,6 +119,7 @@ def worker(
     from jobdesk.worker.registry import registry
     from jobdesk.worker.runner import Runner
     from jobdesk.worker.watchdog import MIN_LIMIT_SECONDS, FreezeWatchdog, default_limit
+    from jobdesk.worker.witness import Witness
 
     options = {
         "queues": queues,
@@ -186,7 +187,14 @@ def worker(
             handler_engine=handler_engine,
             tune_gc=True,
             record_outcome=record_outcome,
-            watchdog=FreezeWatchdog(watchdog_limit),
+            watchdog=FreezeWatchdog(
+                watchdog_limit,
+                witness=Witness(
+                    engine.url.render_as_string(hide_password=False),
+                    settings,
+                    registry.policy_for,
+                ),
+            ),
         )
         code = runner.run()
     engine.dispose()

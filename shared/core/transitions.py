@@ -383,6 +383,47 @@ def rescue_expired(
     them together) is held by no worker, and no worker ever will renew it: it is rescued
     at once, the same way, its error saying it had no lease.
     """
+
+    def error_for(row: Any) -> str:
+        if row.lease_expires_at is None:
+            holder = f" (locked by {row.locked_by})" if row.locked_by else ""
+            return (
+                f"no lease: the job was running without a lease{holder}, so no worker "
+                "could be running it or would ever finish it"
+            )
+        return f"worker lost: {row.locked_by} stopped renewing its lease"
+
+    expired = sa.or_(jobs.c.lease_expires_at < now, jobs.c.lease_expires_at.is_(None))
+    return _rescue(conn, expired, error_for, now=now, policy_for=policy_for, limit=limit)
+
+
+def rescue_held(
+    conn: sa.Connection,
+    *,
+    worker_id: str,
+    error_for: Callable[[Any], str],
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None = None,
+    limit: int = 500,
+) -> list[tuple[int, JobStatus]]:
+    """Every job `worker_id` still holds, rescued like the reaper's (see
+    `rescue_expired`) without waiting for the leases to run out: the worker is known to be
+    ending (its watchdog gave up on it). `error_for(row)` says why, per job (the row has
+    `id`, `lease_token`, `locked_by`)."""
+    return _rescue(
+        conn, jobs.c.locked_by == worker_id, error_for, now=now, policy_for=policy_for, limit=limit
+    )
+
+
+def _rescue(
+    conn: sa.Connection,
+    which: sa.ColumnElement[bool],
+    error_for: Callable[[Any], str],
+    *,
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None,
+    limit: int,
+) -> list[tuple[int, JobStatus]]:
     query = (
         sa.select(
             jobs.c.id,
@@ -394,10 +435,7 @@ def rescue_expired(
             jobs.c.started_at,
             jobs.c.lease_expires_at,
         )
-        .where(
-            jobs.c.status == JobStatus.RUNNING.value,
-            sa.or_(jobs.c.lease_expires_at < now, jobs.c.lease_expires_at.is_(None)),
-        )
+        .where(jobs.c.status == JobStatus.RUNNING.value, which)
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
     )
@@ -411,18 +449,10 @@ def rescue_expired(
         )
         # A NULL token compares as `IS NULL` in `fail`'s compare-and-set.
         ref = JobRef(row.id, row.lease_token, row.attempts, row.locked_by or "?", row.started_at)
-        if row.lease_expires_at is None:
-            holder = f" (locked by {row.locked_by})" if row.locked_by else ""
-            error = (
-                f"no lease: the job was running without a lease{holder}, so no worker "
-                "could be running it or would ever finish it"
-            )
-        else:
-            error = f"worker lost: {row.locked_by} stopped renewing its lease"
         status = fail(
             conn,
             ref,
-            error=error,
+            error=error_for(row),
             retry_at=decision.retry_at,
             now=now,
             outcome=AttemptOutcome.LOST,
