@@ -181,7 +181,7 @@ class Witness:
             _reap(pid)
 
 
-def _reap(pid: int, timeout: float = 5.0) -> None:
+def _reap(pid: int, timeout: float = 1.0) -> None:
     """Collect the witness's exit status so it does not linger as a zombie."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
