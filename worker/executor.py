@@ -20,6 +20,14 @@ and the job succeeds: calling that `cancelled` would hide work done.
 What the handler asked to write with its outcome (`ctx.with_outcome`) travels in the
 `Outcome`; when the handler's outcome arrives too late to settle the attempt, those
 writes are still made, on their own (`Attempt.finish`).
+
+Every way a handler can end is an outcome. `SystemExit` (what `sys.exit` and argparse
+raise), `KeyboardInterrupt`, `GeneratorExit` or any other `BaseException` raised by a
+handler is a failed attempt ("SystemExit(2) raised by the handler"), not the end of its
+slot thread or of the worker: a real Ctrl-C or SIGTERM reaches the worker through its
+signal handlers in the main thread, never as an exception in a handler's thread, so a
+handler that raises one is a handler bug. An exception whose `str()` or traceback
+cannot be formatted is described without them ("<unprintable ValueError>").
 """
 
 from __future__ import annotations
@@ -91,10 +99,35 @@ class Outcome:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """`Type: message` on the first line (what fingerprints group by), then the stack."""
-    head = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    stack = "".join(traceback.format_tb(exc.__traceback__, limit=-TRACEBACK_FRAMES))
+    """`Type: message` on the first line (what fingerprints group by), then the stack.
+
+    Never raises: an exception whose `str()` raises is `<unprintable Type>`, a stack that
+    cannot be formatted is left out. A `BaseException` that is not an `Exception`
+    (`SystemExit`, `KeyboardInterrupt`, …) is named as raised by the handler."""
+    name = _type_name(exc)
+    if isinstance(exc, Exception):
+        try:
+            head = f"{name}: {exc}".rstrip(": ")
+        except BaseException:  # its __str__ raised (or returned no str)
+            head = f"{name}: <unprintable {name}>"
+    else:
+        try:
+            shown = repr(exc)
+        except BaseException:
+            shown = f"<unprintable {name}>"
+        head = f"{name}: {shown} raised by the handler"
+    try:
+        stack = "".join(traceback.format_tb(exc.__traceback__, limit=-TRACEBACK_FRAMES))
+    except BaseException:
+        stack = ""
     return f"{head}\n{stack}" if stack else head
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        return str(type(exc).__name__)
+    except BaseException:  # a metaclass with a hostile __name__
+        return "Exception"
 
 
 def _json_result(result: Any, max_bytes: int) -> Any:
@@ -166,16 +199,35 @@ def _run(
                 duration=time.monotonic() - start,
             )
         return Outcome(job, Kind.SUCCEEDED, result=stored, duration=time.monotonic() - start)
-    except Snooze as exc:
-        delay = capped_delay(exc.seconds, job_type.retry)
-        kind, error = Kind.SNOOZED, exc.reason or str(exc)
-    except RetryAfter as exc:
-        kind, delay, error = Kind.RETRY_AFTER, exc.seconds, describe_exception(exc)
-    except PermanentError as exc:
-        kind, delay, error = Kind.PERMANENT, None, describe_exception(exc)
-    except Exception as exc:
-        kind, delay, error = Kind.FAILED, None, describe_exception(exc)
-    return Outcome(job, kind, error=error, delay_seconds=delay, duration=time.monotonic() - start)
+    except BaseException as exc:  # every way a handler ends is an outcome (see the module)
+        return _raised(job, job_type, exc, time.monotonic() - start)
+
+
+def _raised(job: ClaimedJob, job_type: JobType, exc: BaseException, duration: float) -> Outcome:
+    """What the exception a handler (or its rate limit) raised means; never raises."""
+    try:
+        if isinstance(exc, Snooze):
+            delay = capped_delay(exc.seconds, job_type.retry)
+            return Outcome(
+                job,
+                Kind.SNOOZED,
+                error=exc.reason or str(exc),
+                delay_seconds=delay,
+                duration=duration,
+            )
+        if isinstance(exc, RetryAfter):
+            return Outcome(
+                job,
+                Kind.RETRY_AFTER,
+                error=describe_exception(exc),
+                delay_seconds=float(exc.seconds),
+                duration=duration,
+            )
+        if isinstance(exc, PermanentError):
+            return Outcome(job, Kind.PERMANENT, error=describe_exception(exc), duration=duration)
+    except BaseException:  # a subclass that breaks its own contract (no seconds, a bad __str__)
+        return Outcome(job, Kind.FAILED, error=describe_exception(exc), duration=duration)
+    return Outcome(job, Kind.FAILED, error=describe_exception(exc), duration=duration)
 
 
 class Attempt:

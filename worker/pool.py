@@ -26,16 +26,27 @@ handler can stop) and counted while it stays alive. Whatever it returns later is
 ignored — its attempt is already settled and its lease token is spent. When more than
 `max_stuck_threads` abandoned threads are alive at once the runner stops the process
 cleanly with a non-zero status so the supervisor starts a fresh one.
+
+Slot threads that fail: `execute` never raises for anything a handler does, so an
+exception out of `run` (a bug in the runtime, or one raised into the thread from
+outside) is settled as a failed attempt by `on_crash` and the thread goes on. A thread
+that dies anyway (in the pool's own code) settles its attempt the same way and a fresh
+thread takes its place; the dispatcher's deadline check also replaces threads found
+dead. A pool with no live slot thread for the jobs it holds claims nothing and hands
+them back, so no job waits, leased and `running`, for a slot that will never come.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
-from jobdesk.worker.executor import Attempt
+from jobdesk.worker.executor import Attempt, Kind, Outcome, describe_exception
+
+log = logging.getLogger("jobdesk.worker")
 
 #: How much work (at the measured pace) may wait for a slot: the longest a prefetched
 #: job is expected to wait here, and what another process can lose to this one.
@@ -56,7 +67,10 @@ class _SlotThread(threading.Thread):
         self.current: Attempt | None = None
 
     def run(self) -> None:
-        self.pool._thread_main(self)
+        try:
+            self.pool._thread_main(self)
+        except BaseException as exc:
+            self.pool._thread_died(self, exc)
 
 
 class SlotPool:
@@ -70,12 +84,14 @@ class SlotPool:
         run: Callable[[Attempt], None],
         on_timeout: Callable[[Attempt], None],
         on_free: Callable[[], None],
+        on_crash: Callable[[Attempt, BaseException], None] | None = None,
     ) -> None:
         self.name = name
         self.slots = slots
         self._run = run
         self._on_timeout = on_timeout
         self._on_free = on_free
+        self._on_crash = on_crash or settle_crashed
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._waiting: deque[Attempt] = deque()
@@ -94,6 +110,12 @@ class SlotPool:
     def busy(self) -> int:
         """Attempts held by this pool: running or waiting for a slot."""
         return len(self._running) + len(self._waiting)
+
+    @property
+    def stranded(self) -> bool:
+        """Jobs wait here and no slot thread is alive to start them (threads could not
+        be started): they go back to the queue."""
+        return bool(self._waiting) and not self._threads
 
     @property
     def running_count(self) -> int:
@@ -116,7 +138,10 @@ class SlotPool:
         return now - self._last_start > STALL_SECONDS
 
     def free(self) -> int:
-        """How many jobs the next claim may take: free slots plus the prefetch allowance."""
+        """How many jobs the next claim may take: free slots plus the prefetch allowance
+        (none while jobs wait here with no live slot thread to start them)."""
+        if self._waiting and not self._threads:
+            return 0
         return self.slots + self.prefetch() - self.busy
 
     @property
@@ -142,7 +167,18 @@ class SlotPool:
         self._spawned += 1
         thread = _SlotThread(self, self._spawned)
         self._threads.append(thread)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": the process is out of them
+            self._threads.remove(thread)
+            log.error(
+                "slot group %s: could not start a slot thread (%s); %d of %d running",
+                self.name,
+                exc,
+                len(self._threads),
+                self.slots,
+                extra={"action": "slot_thread_not_started", "group": self.name},
+            )
 
     def _next(self, me: _SlotThread) -> Attempt | None:
         """The next attempt this thread starts (None: the pool is stopping)."""
@@ -168,12 +204,75 @@ class SlotPool:
                 return
             try:
                 self._run(attempt)
-            except BaseException:
-                # execute() never raises; this is a bug. Keep the slot accounting right.
-                self._done(me, attempt)
-                raise
+            except BaseException as exc:
+                # execute() never raises for a handler's sake: a bug, or an exception
+                # raised into this thread. The job must not stay `running` under a lease
+                # the heartbeat keeps renewing: settle it, and this thread goes on.
+                self._crashed(attempt, exc)
             if self._done(me, attempt):
                 return
+
+    def _crashed(self, attempt: Attempt, exc: BaseException) -> None:
+        log.error(
+            "slot group %s: job %s: the slot thread failed running it; the attempt is "
+            "recorded failed",
+            self.name,
+            attempt.job.id,
+            exc_info=(type(exc), exc, exc.__traceback__),
+            extra={"action": "slot_failed", "job_id": attempt.job.id, "group": self.name},
+        )
+        try:
+            self._on_crash(attempt, exc)
+        except BaseException:
+            log.exception(
+                "job %s: the failed slot's attempt could not be settled",
+                attempt.job.id,
+                extra={"action": "slot_failed", "job_id": attempt.job.id},
+            )
+
+    def _thread_died(self, me: _SlotThread, exc: BaseException) -> None:
+        """`me` is ending on an exception from the pool's own code: settle the attempt it
+        held, give up its slot and start a fresh thread in its place."""
+        with self._lock:
+            attempt = me.current
+            me.current = None
+            if me.abandoned:
+                if attempt is not None:
+                    self.abandoned_alive -= 1  # `_done` did not get to count it
+            else:
+                if attempt is not None:
+                    self._running.pop(attempt, None)
+                if me in self._threads:
+                    self._threads.remove(me)
+                if not self._stopping:
+                    self._spawn_missing_locked()
+        if attempt is not None:
+            self._crashed(attempt, exc)
+        else:
+            log.error(
+                "slot group %s: a slot thread failed; a fresh one takes its place",
+                self.name,
+                exc_info=(type(exc), exc, exc.__traceback__),
+                extra={"action": "slot_failed", "group": self.name},
+            )
+        try:
+            self._on_free()
+        except BaseException:
+            log.exception("slot group %s: waking the dispatcher failed", self.name)
+
+    def _replace_dead_locked(self) -> list[Attempt]:
+        """Slot threads that are gone without saying so (their `run` never got to
+        `_thread_died`): drop them, start fresh ones; returns the attempts they held."""
+        lost: list[Attempt] = []
+        for thread in [t for t in self._threads if t.ident is not None and not t.is_alive()]:
+            self._threads.remove(thread)
+            attempt = thread.current
+            thread.current = None
+            if attempt is not None and self._running.pop(attempt, None) is not None:
+                lost.append(attempt)
+        if not self._stopping and len(self._threads) < min(self.slots, self.busy):
+            self._spawn_missing_locked()
+        return lost
 
     def _done(self, me: _SlotThread, attempt: Attempt) -> bool:
         """Free the slot after the handler returned; True when this thread must exit."""
@@ -199,11 +298,13 @@ class SlotPool:
 
     def take_excess(self, now: float | None = None) -> list[Attempt]:
         """Waiting attempts beyond what the slots will start soon, newest first: for the
-        runner to hand back to the queue."""
+        runner to hand back to the queue. All of them when no slot thread is alive."""
         with self._lock:
             # Twice the allowance: a moving average that wobbles must not hand jobs back
             # and claim them again.
             keep = self.slots - len(self._running) + 2 * self.prefetch(now)
+            if not self._threads:
+                keep = 0
             return [self._waiting.pop() for _ in range(len(self._waiting) - keep)]
 
     def take_waiting(self) -> list[Attempt]:
@@ -219,6 +320,7 @@ class SlotPool:
         expired: list[Attempt] = []
         next_deadline = float("inf")
         with self._lock:
+            lost = self._replace_dead_locked() if self._threads or self._waiting else []
             for attempt, thread in list(self._running.items()):
                 if attempt.deadline <= now:
                     expired.append(attempt)
@@ -233,9 +335,11 @@ class SlotPool:
             if expired:
                 # Fresh threads take the abandoned ones' place for the jobs still waiting.
                 self._spawn_missing_locked()
+        for attempt in lost:
+            self._crashed(attempt, RuntimeError("the slot thread running it is gone"))
         for attempt in expired:
             self._on_timeout(attempt)
-        if expired:
+        if expired or lost:
             self._on_free()
         return next_deadline - now
 
@@ -254,3 +358,20 @@ class SlotPool:
         with self._lock:
             self._stopping = True
             self._ready.notify_all()
+
+
+def settle_crashed(attempt: Attempt, exc: BaseException) -> None:
+    """Settle the attempt of a slot thread that failed as a failed attempt naming why
+    (what `on_crash` does when the pool's owner has nothing to add)."""
+    attempt.settle(crashed_outcome(attempt, exc))
+
+
+def crashed_outcome(attempt: Attempt, exc: BaseException) -> Outcome:
+    elapsed = time.monotonic() - attempt.started if attempt.started else 0.0
+    return Outcome(
+        attempt.job,
+        Kind.FAILED,
+        error=f"SlotFailed: the worker's slot thread failed while running this attempt: "
+        f"{describe_exception(exc)}",
+        duration=elapsed,
+    )

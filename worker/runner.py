@@ -69,10 +69,11 @@ from jobdesk.worker.heartbeat import Heartbeat
 from jobdesk.worker.listener import Listener
 from jobdesk.worker.maintenance.scheduler import Maintenance
 from jobdesk.worker.maintenance.tasks import MaintenanceContext
-from jobdesk.worker.pool import SlotPool
+from jobdesk.worker.pool import SlotPool, crashed_outcome
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, HeldConnection, OutageLog
 from jobdesk.worker.watchdog import FreezeWatchdog
+from jobdesk.worker.witness import RunningAttempt, running_report
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -171,6 +172,7 @@ class Runner:
                 run=self._run_attempt,
                 on_timeout=self._on_timeout,
                 on_free=self._wake.set,
+                on_crash=self._on_slot_crash,
             )
             for g in config.groups
         }
@@ -215,18 +217,22 @@ class Runner:
 
     # ----------------------------------------------------------------- lifecycle
     def run(self) -> int:
-        if self.install_signals:
-            self._install_signal_handlers()
-        if not self._start():
-            return self.exit_code
-        if self.tune_gc:
-            _tune_gc()
         if self.watchdog is not None:
-            self.watchdog.start(self.earliest_deadline)
+            self.watchdog.prepare()  # forks its witness: before any thread here starts
         try:
-            self._dispatch_loop()
+            if self.install_signals:
+                self._install_signal_handlers()
+            if not self._start():
+                return self.exit_code
+            if self.tune_gc:
+                _tune_gc()
+            if self.watchdog is not None:
+                self.watchdog.start(self.earliest_deadline, self._running_attempts)
+            try:
+                self._dispatch_loop()
+            finally:
+                self._shutdown()
         finally:
-            self._shutdown()
             if self.watchdog is not None:
                 self.watchdog.stop()
         return self.exit_code
@@ -490,7 +496,7 @@ class Runner:
         """Prefetched jobs the slots will not start soon go back to the queue, for any
         process to start (see `jobdesk.worker.pool`)."""
         for pool in self.pools.values():
-            if pool.busy > pool.slots:
+            if pool.busy > pool.slots or pool.stranded:
                 self._hand_back(pool.take_excess(now), "handed back unstarted: slots are busy")
 
     def _hand_back(self, attempts: list[Attempt], reason: str) -> int:
@@ -518,6 +524,11 @@ class Runner:
             self.watchdog.attempt_began(attempt.deadline)
         outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
         if attempt.finish(attempt.stopped_on_request(outcome)):
+            self.completer.submit(attempt)
+
+    def _on_slot_crash(self, attempt: Attempt, exc: BaseException) -> None:
+        """A slot thread failed while it held `attempt` (see `jobdesk.worker.pool`)."""
+        if attempt.settle(crashed_outcome(attempt, exc)):
             self.completer.submit(attempt)
 
     def _on_cancel_requested(self, attempt: Attempt) -> None:
@@ -575,6 +586,10 @@ class Runner:
         the freeze watchdog waits for, plus its grace)."""
         deadlines = [d for p in self.pools.values() if (d := p.earliest_deadline()) is not None]
         return min(deadlines, default=None)
+
+    def _running_attempts(self) -> tuple[str, list[RunningAttempt]]:
+        """This worker's id and the attempts its slots run (for the watchdog's witness)."""
+        return self.worker_id, running_report(a for p in self.pools.values() for a in p.running())
 
     def held(self) -> list[Attempt]:
         with self._held_lock:

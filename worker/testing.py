@@ -32,6 +32,7 @@ from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.completer import apply_outcomes
 from jobdesk.worker.executor import Attempt, Kind, Outcome, execute, make_attempt
+from jobdesk.worker.pool import settle_crashed
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import registry as default_registry
 
@@ -94,7 +95,10 @@ def run_with_timeout(attempt: Attempt, clock: Callable[[], datetime]) -> Outcome
     attempt.begin()
 
     def body() -> None:
-        attempt.finish(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
+        try:
+            attempt.finish(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
+        except BaseException as exc:  # execute() never raises; if it did, like a worker's slot
+            settle_crashed(attempt, exc)
 
     thread = threading.Thread(target=body, name=f"jobdesk-drain-{attempt.job.id}", daemon=True)
     thread.start()

@@ -13,9 +13,12 @@ plus a grace, and never more than the limit (`JOBDESK_WATCHDOG_SECONDS`). While 
 process runs Python at all, the timer never fires. When nothing re-armed it in time,
 the C thread prints `Timeout (h:mm:ss)!` and every Python thread's stack (the frozen
 handler's among them) to stderr and ends the process with exit status 1, so its
-supervisor restarts it. The job's lease expires (no heartbeat renews it), so the
-reaper counts the attempt as lost and the job goes on like after any
-other crash: retried, and `dead` once its attempts are spent.
+supervisor restarts it. The timer fires `WITNESS_SECONDS` after the moment the watchdog
+gives up: in between, the watchdog's witness (`jobdesk.worker.witness`, a companion
+process) records the running attempts as lost, naming the watchdog and how long past its
+timeout the handler held the interpreter, and the jobs go on like after any other
+crash: retried, and `dead` once their attempts are spent. Without a witness the lease
+expires (no heartbeat renews it) and the reaper records the attempt as lost.
 
 The timer is one per process (faulthandler has a single one), so only the process
 that owns its life — `jobdesk worker` — gives its Runner a watchdog; a Runner embedded
@@ -31,6 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
+
+from jobdesk.worker.witness import WITNESS_SECONDS, RunningAttempt, Witness
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -72,28 +77,45 @@ class FreezeWatchdog:
     whose timeout would fall due before the armed time (the handler may take the GIL
     before the next second; re-arming starts a C thread, so only then)."""
 
-    def __init__(self, limit_seconds: float, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, limit_seconds: float, stream: TextIO | None = None, witness: Witness | None = None
+    ) -> None:
         self.limit_seconds = limit_seconds
         self._stream = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
-        self._fires_at = float("inf")  # monotonic; inf: not armed
+        self._fires_at = float("inf")  # monotonic moment it gives up; inf: not armed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._earliest_deadline: Callable[[], float | None] = lambda: None
+        self._running: Callable[[], tuple[str, list[RunningAttempt]]] = lambda: ("?", [])
+        self.witness = witness
+        self._witnessed = False
+
+    def prepare(self) -> None:
+        """Start the witness: before the worker starts any thread (it is forked)."""
+        if self.usable and self.witness is not None and not self._witnessed:
+            self._witnessed = self.witness.start()
 
     @property
     def usable(self) -> bool:
         """A limit of 0 turns it off; a stderr without a descriptor cannot take the dump."""
         return self.limit_seconds > 0 and _has_fileno(self._stream)
 
-    def start(self, earliest_deadline: Callable[[], float | None]) -> bool:
+    def start(
+        self,
+        earliest_deadline: Callable[[], float | None],
+        running: Callable[[], tuple[str, list[RunningAttempt]]] | None = None,
+    ) -> bool:
         """Arm the timer and keep it armed; returns whether it is armed.
 
         `earliest_deadline` gives the monotonic hard-timeout deadline of the attempt due
-        first among those running, or None."""
+        first among those running, or None; `running` the worker's id and its running
+        attempts, for the witness."""
         if not self.usable:
             return False
         self._earliest_deadline = earliest_deadline
+        if running is not None:
+            self._running = running
         self._stop.clear()
         self.rearm()
         self._thread = threading.Thread(target=self._loop, name="jobdesk-watchdog", daemon=True)
@@ -117,29 +139,59 @@ class FreezeWatchdog:
         with self._lock:
             faulthandler.cancel_dump_traceback_later()
             self._fires_at = float("inf")
+        if self.witness is not None and self._witnessed:
+            self.witness.close()
+            self._witnessed = False
 
     def rearm(self) -> None:
         """Start the countdown again, from now."""
+        if self._witnessed and self.witness is not None and self.witness.has_acted():
+            self._end_now()
+            return
+        running = self._running() if self._witnessed else None
         with self._lock:
             if self._stop.is_set():
                 return
             now = time.monotonic()
-            self._arm_locked(now, limit_at(now, self._earliest_deadline(), self.limit_seconds))
+            self._arm_locked(
+                now, limit_at(now, self._earliest_deadline(), self.limit_seconds), running
+            )
 
     def attempt_began(self, deadline: float) -> None:
         """Called by the slot thread before the handler runs (its deadline is set)."""
         fires_at = deadline + GRACE_SECONDS
         if fires_at >= self._fires_at:  # the common case: already armed for sooner
             return
+        running = self._running() if self._witnessed else None
         with self._lock:
             if fires_at < self._fires_at and not self._stop.is_set():
                 now = time.monotonic()
-                self._arm_locked(now, max(MIN_LIMIT_SECONDS, fires_at - now))
+                self._arm_locked(now, max(MIN_LIMIT_SECONDS, fires_at - now), running)
 
-    def _arm_locked(self, now: float, seconds: float) -> None:
+    def _arm_locked(
+        self, now: float, seconds: float, running: tuple[str, list[RunningAttempt]] | None
+    ) -> None:
+        """Give up `seconds` from now; with a witness, the process ends `WITNESS_SECONDS`
+        later, once the witness has recorded what was running."""
+        gives_up, ends_in = now + seconds, seconds
+        if running is not None and self.witness is not None:
+            self.witness.tell(gives_up, *running)
+            ends_in += WITNESS_SECONDS
         # Each call replaces the pending timer.
-        faulthandler.dump_traceback_later(seconds, exit=True, file=self._stream)
-        self._fires_at = now + seconds
+        faulthandler.dump_traceback_later(ends_in, exit=True, file=self._stream)
+        self._fires_at = gives_up
+
+    def _end_now(self) -> None:
+        """The witness recorded this process's attempts as ended by the watchdog (the
+        process ran no Python for the limit, then came back): end it as promised."""
+        log.error(
+            "the watchdog gave up on this process (it ran no Python code for too long) and "
+            "its running attempts were recorded as lost: exiting %d",
+            FROZEN_EXIT_STATUS,
+            extra={"action": "watchdog_exit"},
+        )
+        with self._lock:
+            faulthandler.dump_traceback_later(0.001, exit=True, file=self._stream)
 
     def _loop(self) -> None:
         while not self._stop.wait(REARM_SECONDS):

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from jobdesk.shared.settings import Settings
     from jobdesk.worker.completer import RecordOutcome
+    from jobdesk.worker.watchdog import FreezeWatchdog
 
 
 @cli.command("worker")
@@ -118,7 +119,6 @@ def worker(
     from jobdesk.worker.config import RESERVED_CONNECTIONS, ConfigError, WorkerConfig
     from jobdesk.worker.registry import registry
     from jobdesk.worker.runner import Runner
-    from jobdesk.worker.watchdog import MIN_LIMIT_SECONDS, FreezeWatchdog, default_limit
 
     options = {
         "queues": queues,
@@ -169,29 +169,44 @@ def worker(
             err=True,
         )
     _check_connection_budget(engine, config.total_slots, settings)
-    watchdog_limit = settings.watchdog_seconds
-    if watchdog_limit is None:
-        watchdog_limit = default_limit(settings.lease_seconds)
-    elif 0 < watchdog_limit < MIN_LIMIT_SECONDS:
-        raise click.ClickException(
-            f"JOBDESK_WATCHDOG_SECONDS={watchdog_limit:g}: must be 0 (off) or at least "
-            f"{MIN_LIMIT_SECONDS:g} seconds"
-        )
-    with _metrics(settings) as record_outcome:
-        runner = Runner(
-            engine,
-            registry=registry,
-            config=config,
-            settings=settings,
-            handler_engine=handler_engine,
-            tune_gc=True,
-            record_outcome=record_outcome,
-            watchdog=FreezeWatchdog(watchdog_limit),
-        )
-        code = runner.run()
+    watchdog = _watchdog(settings, engine, registry.policy_for)
+    # Its witness is forked: before any thread starts (the metrics server has one).
+    watchdog.prepare()
+    try:
+        with _metrics(settings) as record_outcome:
+            runner = Runner(
+                engine,
+                registry=registry,
+                config=config,
+                settings=settings,
+                handler_engine=handler_engine,
+                tune_gc=True,
+                record_outcome=record_outcome,
+                watchdog=watchdog,
+            )
+            code = runner.run()
+    finally:
+        watchdog.stop()
     engine.dispose()
     handler_engine.dispose()
     ctx.exit(code)
+
+
+def _watchdog(settings: Settings, engine: sa.Engine, policy_for: Any) -> FreezeWatchdog:
+    """The worker's freeze watchdog, with its witness (see `jobdesk.worker.watchdog`)."""
+    from jobdesk.worker.watchdog import MIN_LIMIT_SECONDS, FreezeWatchdog, default_limit
+    from jobdesk.worker.witness import Witness
+
+    limit = settings.watchdog_seconds
+    if limit is None:
+        limit = default_limit(settings.lease_seconds)
+    elif 0 < limit < MIN_LIMIT_SECONDS:
+        raise click.ClickException(
+            f"JOBDESK_WATCHDOG_SECONDS={limit:g}: must be 0 (off) or at least "
+            f"{MIN_LIMIT_SECONDS:g} seconds"
+        )
+    url = engine.url.render_as_string(hide_password=False)
+    return FreezeWatchdog(limit, witness=Witness(url, settings, policy_for))
 
 
 def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Settings) -> None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.documents import decode_document
+from jobdesk.shared.core.documents import decode_document, not_an_object
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT
 from jobdesk.shared.core.states import JobStatus
@@ -271,6 +271,11 @@ def claim(
             # One payload in the batch cannot be decoded (a plain-SQL row nested
             # thousands of levels deep): decode this claim's rows one by one instead.
             rows = _decode_one_by_one(conn, worker_id, token, now)
+        else:
+            # jsonb takes any JSON value: a plain-SQL row may hold an array, a string or
+            # `null` where a handler expects an object.
+            if not all(type(row[3]) is dict for row in rows):
+                rows = _without_non_objects(conn, rows, worker_id, token, now)
     else:
         now = now or db_now(conn)
         expires = now + timedelta(seconds=lease_seconds)
@@ -335,15 +340,33 @@ def _decoded(
     for row in raw:
         try:
             payload = json.loads(row[3])
-        except (RecursionError, ValueError):
+        except (RecursionError, ValueError, TypeError):
+            # TypeError: SQLite gives a number stored by plain SQL back as a number.
             payload = None
         if isinstance(payload, dict):
             rows.append((*row[:3], payload, *row[4:10]))
             continue
-        problem = decode_document(row[3]).problem or "the stored payload is not a JSON object"
-        ref = JobRef(row[0], token, row[4], worker_id, now)
-        bury_undecodable(conn, ref, problem, now=now)
+        decoded = decode_document(row[3])
+        problem = decoded.problem or not_an_object(decoded.value)
+        bury_undecodable(conn, JobRef(row[0], token, row[4], worker_id, now), problem, now=now)
     return rows
+
+
+def _without_non_objects(
+    conn: sa.Connection, rows: list[Any], worker_id: str, token: int, now: datetime
+) -> list[Any]:
+    """Decoded rows whose payload is a JSON object; each other one goes `dead` at once,
+    naming what it holds, and the rest of the batch runs."""
+    from jobdesk.shared.core.transitions import bury_undecodable  # it imports this module
+
+    kept = []
+    for row in rows:
+        if type(row[3]) is dict:
+            kept.append(row)
+            continue
+        ref = JobRef(row[0], token, row[4], worker_id, now)
+        bury_undecodable(conn, ref, not_an_object(row[3]), now=now)
+    return kept
 
 
 def _sqlite_time(value: datetime) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from jobdesk.shared.core.validation import MAX_DEPTH
 
-__all__ = ["Decoded", "decode_document", "depth_of"]
+__all__ = ["Decoded", "decode_document", "depth_of", "not_an_object"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +59,20 @@ def decode_document(raw: Any, what: str = "payload") -> Decoded:
     if depth_of(value) > MAX_DEPTH:
         return Decoded(None, f"the stored {what} is nested more than {MAX_DEPTH} levels deep")
     return Decoded(value)
+
+
+def not_an_object(value: Any, what: str = "payload") -> str:
+    """The problem with a decoded document that had to be a JSON object and is not."""
+    if value is None:
+        kind = "JSON null"
+    elif isinstance(value, bool):
+        kind = "a JSON boolean"
+    elif isinstance(value, int | float):
+        kind = "a JSON number"
+    elif isinstance(value, str):
+        kind = "a JSON string"
+    elif isinstance(value, list):
+        kind = "a JSON array"
+    else:
+        kind = f"a {type(value).__name__}"
+    return f"the stored {what} is {kind}, not a JSON object"

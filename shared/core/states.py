@@ -125,6 +125,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "snooze": (frozenset({_R}), frozenset({_Q, _C})),
     "hand_back": (frozenset({_R}), frozenset({_Q, _C})),
     "rescue_expired": (frozenset({_R}), frozenset({_F, _D, _C})),
+    "rescue_held": (frozenset({_R}), frozenset({_F, _D, _C})),
     "stop_cancelled": (STOPPABLE, frozenset({_C})),
     "cancel": (CANCELLABLE, frozenset({_C})),
 }

@@ -377,7 +377,53 @@ def rescue_expired(
     """Reaper step: jobs whose lease expired (their worker died or hung) go back to
     `failed` with backoff, or to `dead` when their attempts are spent. Error: "worker lost".
     A job an operator asked to cancel is not retried: it ends `cancelled` (see `fail`).
+
+    A `running` row with no lease at all (written by plain SQL or by hand: a claim writes
+    the status and the lease in one statement, and every move out of `running` clears
+    them together) is held by no worker, and no worker ever will renew it: it is rescued
+    at once, the same way, its error saying it had no lease.
     """
+
+    def error_for(row: Any) -> str:
+        if row.lease_expires_at is None:
+            holder = f" (locked by {row.locked_by})" if row.locked_by else ""
+            return (
+                f"no lease: the job was running without a lease{holder}, so no worker "
+                "could be running it or would ever finish it"
+            )
+        return f"worker lost: {row.locked_by} stopped renewing its lease"
+
+    expired = sa.or_(jobs.c.lease_expires_at < now, jobs.c.lease_expires_at.is_(None))
+    return _rescue(conn, expired, error_for, now=now, policy_for=policy_for, limit=limit)
+
+
+def rescue_held(
+    conn: sa.Connection,
+    *,
+    worker_id: str,
+    error_for: Callable[[Any], str],
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None = None,
+    limit: int = 500,
+) -> list[tuple[int, JobStatus]]:
+    """Every job `worker_id` still holds, rescued like the reaper's (see
+    `rescue_expired`) without waiting for the leases to run out: the worker is known to be
+    ending (its watchdog gave up on it). `error_for(row)` says why, per job (the row has
+    `id`, `lease_token`, `locked_by`)."""
+    return _rescue(
+        conn, jobs.c.locked_by == worker_id, error_for, now=now, policy_for=policy_for, limit=limit
+    )
+
+
+def _rescue(
+    conn: sa.Connection,
+    which: sa.ColumnElement[bool],
+    error_for: Callable[[Any], str],
+    *,
+    now: datetime,
+    policy_for: Callable[[str], RetryPolicy] | None,
+    limit: int,
+) -> list[tuple[int, JobStatus]]:
     query = (
         sa.select(
             jobs.c.id,
@@ -387,8 +433,9 @@ def rescue_expired(
             jobs.c.lease_token,
             jobs.c.locked_by,
             jobs.c.started_at,
+            jobs.c.lease_expires_at,
         )
-        .where(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_expires_at < now)
+        .where(jobs.c.status == JobStatus.RUNNING.value, which)
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
     )
@@ -400,12 +447,12 @@ def rescue_expired(
         decision = decide(
             attempt=row.attempts, max_attempts=row.max_attempts, now=now, policy=policy
         )
+        # A NULL token compares as `IS NULL` in `fail`'s compare-and-set.
         ref = JobRef(row.id, row.lease_token, row.attempts, row.locked_by or "?", row.started_at)
-        error = f"worker lost: {row.locked_by} stopped renewing its lease"
         status = fail(
             conn,
             ref,
-            error=error,
+            error=error_for(row),
             retry_at=decision.retry_at,
             now=now,
             outcome=AttemptOutcome.LOST,

@@ -52,35 +52,66 @@ class Cancelled(StrEnum):
     """It is running: its worker was asked to stop it."""
 
 
+#: How often one cancel tries again when the job changed state between its writes and
+#: its look at the job (claimed, rescued by the reaper, retried) — each time it finds a
+#: state a cancel applies to.
+CANCEL_TRIES = 3
+#: A state as operators read it: a `failed` job is retrying.
+_STATE_WORDS = {JobStatus.FAILED.value: "retrying"}
+
+
+def _state_words(status: str) -> str:
+    return _STATE_WORDS.get(status, status)
+
+
+def _already_asked(row: Any) -> bool:
+    return row.status == JobStatus.RUNNING.value and row.cancel_requested_at is not None
+
+
 def _describe(row: Any) -> str:
-    if row.status == JobStatus.RUNNING.value and row.cancel_requested_at is not None:
+    if _already_asked(row):
         when = row.cancel_requested_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         return (
             f"job #{row.id} already has a cancel request by {row.cancelled_by} at {when}; "
             "its worker is stopping it"
         )
-    return f"job #{row.id} is {row.status}; only queued, retrying or running jobs can be cancelled"
+    return (
+        f"job #{row.id} is {_state_words(row.status)}; only queued, retrying or running jobs "
+        "can be cancelled"
+    )
 
 
 def cancel_job(
     conn: sa.Connection, job_id: int, *, actor: str, reason: str | None, now: datetime
 ) -> Cancelled:
     """Cancel one job (see the module). The reason is required; a job that cannot be
-    cancelled (finished, dead, already being stopped) raises `ConflictError` saying why."""
+    cancelled (finished, dead, already being stopped) raises `ConflictError` saying why.
+
+    Each write takes the job only in the state it expects, and the job may move in
+    between (a worker claims it, the reaper hands a lost one back to retrying): when the
+    job is then found in a state a cancel applies to, the cancel is tried again."""
     clean = check_reason(reason, required=True)
     assert clean is not None
-    if decisions.cancel(conn, [job_id], actor=actor, reason=clean, now=now):
-        return Cancelled.NOW
-    if decisions.request_cancel(conn, [job_id], actor=actor, reason=clean, now=now):
-        return Cancelled.STOPPING
-    row = conn.execute(
-        sa.select(jobs.c.id, jobs.c.status, jobs.c.cancel_requested_at, jobs.c.cancelled_by).where(
-            jobs.c.id == job_id
-        )
-    ).one_or_none()
-    if row is None:
-        raise NotFoundError(f"job #{job_id} does not exist")
-    raise ConflictError(_describe(row))
+    status = ""
+    for _ in range(CANCEL_TRIES):
+        if decisions.cancel(conn, [job_id], actor=actor, reason=clean, now=now):
+            return Cancelled.NOW
+        if decisions.request_cancel(conn, [job_id], actor=actor, reason=clean, now=now):
+            return Cancelled.STOPPING
+        row = conn.execute(
+            sa.select(
+                jobs.c.id, jobs.c.status, jobs.c.cancel_requested_at, jobs.c.cancelled_by
+            ).where(jobs.c.id == job_id)
+        ).one_or_none()
+        if row is None:
+            raise NotFoundError(f"job #{job_id} does not exist")
+        if row.status not in CANCEL_TARGETS or _already_asked(row):
+            raise ConflictError(_describe(row))
+        status = row.status
+    raise ConflictError(
+        f"job #{job_id} kept changing state while it was being cancelled (it is "
+        f"{_state_words(status)} now); try again"
+    )
 
 
 def hard_stop_by(requested_at: datetime, settings: Settings) -> datetime:

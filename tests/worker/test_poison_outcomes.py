@@ -199,3 +199,47 @@ def test_b11_a_row_that_is_not_json_goes_dead_alone(engine: sa.Engine) -> None:
     bad = row(engine, poison)
     assert bad.status == "dead"
     assert "is not valid JSON" in bad.last_error
+
+
+@pytest.mark.parametrize(
+    ("payload_text", "kind"),
+    [
+        ("[1, 2]", "a JSON array"),
+        ('"user 42"', "a JSON string"),
+        ("null", "JSON null"),
+        ("42", "a JSON number"),
+        ("true", "a JSON boolean"),
+    ],
+    ids=["array", "string", "null", "number", "boolean"],
+)
+def test_a_payload_that_is_not_an_object_goes_dead_at_once_alone_and_its_batch_runs(
+    engine: sa.Engine, payload_text: str, kind: str
+) -> None:
+    """Before, PostgreSQL handed such a payload to the handler, which failed on it five
+    times; SQLite failed every claim that met a number."""
+    reg = Registry()
+    ran: list[int] = []
+
+    @job("t.any", target=reg)
+    def anything(payload: dict[str, Any], ctx: JobContext) -> None:
+        assert isinstance(payload, dict)
+        ran.append(ctx.job_id)
+
+    before = [add(engine, "t.any") for _ in range(2)]
+    poison = _plain_sql_job(engine, payload_text)
+    after = [add(engine, "t.any") for _ in range(2)]
+    result = drain(engine, registry=reg)
+    assert sorted(ran) == sorted(before + after)
+    assert result.count == 4
+    r = row(engine, poison)
+    assert (r.status, r.attempts) == ("dead", 1)
+    assert r.last_error.startswith(
+        f"PayloadNotDecodable: the stored payload is {kind}, not a JSON object"
+    )
+    with engine.connect() as conn:
+        outcomes = list(
+            conn.execute(
+                sa.select(job_attempts.c.outcome).where(job_attempts.c.job_id == poison)
+            ).scalars()
+        )
+    assert outcomes == ["permanent"]

@@ -1,7 +1,9 @@
 """The reaper: jobs whose lease ran out (their worker died, hung or lost the database)
 go back to `failed` with backoff, or to `dead` when their attempts are spent; the
-attempt is recorded as `lost` with the error "worker lost" (F1, G4). A job an operator
-asked to cancel is not retried: it ends `cancelled`, its attempt recorded `cancelled`.
+attempt is recorded as `lost` with the error "worker lost" (F1, G4). A `running` row
+with no lease at all (written by hand) is rescued the same way at once. A job an
+operator asked to cancel is not retried: it ends `cancelled`, its attempt recorded
+`cancelled`.
 
 A live worker keeps extending its jobs' leases, so only abandoned jobs are touched.
 Retry policies come from the job types the running worker registered (its

@@ -279,3 +279,36 @@ def test_a_completion_finds_its_jobs_by_key_however_many_others_run(db_url: str)
     assert "Index Scan using pk_jobdesk_jobs on jobdesk_jobs" in plan, plan
     assert "Index Cond: (id = ANY" in plan, plan
     assert "ix_jobdesk_jobs_running_lease" not in plan, plan
+
+
+def test_a_running_row_without_a_lease_is_rescued_at_once(engine: sa.Engine) -> None:
+    """Written `running` by plain SQL with no lease: no worker holds it and none would
+    ever finish it; before, the reaper (which only compared lease expiries) left it
+    `running` forever."""
+    with engine.begin() as conn:
+        bare = int(
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobdesk_jobs (job_type, payload, status) "
+                    "VALUES ('test.noop', '{}', 'running') RETURNING id"
+                )
+            ).scalar_one()
+        )
+        ghost = make_job(
+            conn, status="running", attempts=1, max_attempts=1, locked_by="ghost", started_at=at(-5)
+        )
+        (leased,) = claim_with_long_lease(conn)
+    with engine.begin() as conn:
+        rescued = dict(rescue_expired(conn, now=NOW))
+    assert rescued == {bare: JobStatus.FAILED, ghost: JobStatus.DEAD}
+    assert snapshot(engine, leased)["status"] == "running"
+    row = snapshot(engine, bare)
+    assert row["last_error"].startswith("no lease: the job was running without a lease, so ")
+    assert row["lease_token"] is None
+    assert "locked by ghost" in snapshot(engine, ghost)["last_error"]
+    (attempt,) = attempts_of(engine, ghost)
+    assert attempt.outcome == "lost"
+    with engine.begin() as conn:  # the rescued job runs again, like any retrying job
+        (again,) = claim(conn, worker_id="w2", limit=1, now=at(10_000))
+        assert again.id == bare
+        assert complete(conn, again.ref, now=at(10_001)) is True
