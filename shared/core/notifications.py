@@ -15,7 +15,9 @@ import psycopg
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_pooled
-from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+
+#: The channel enqueue notifies (payload: the queue) and idle workers LISTEN on.
+NOTIFY_CHANNEL = "jobdesk_jobs"
 
 
 def listen_url(engine: sa.Engine, configured: str | None) -> sa.URL | None:

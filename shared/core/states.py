@@ -121,6 +121,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     # A job with a cancel request ends `cancelled` whichever way its attempt ends,
     # except a success (the work was done): fail, snooze and the reaper honour it too.
     "fail": (frozenset({_R}), frozenset({_F, _D, _C})),
+    "fail_many": (frozenset({_R}), frozenset({_F, _D, _C})),
     "bury_undecodable": (frozenset({_R}), frozenset({_D, _C})),
     "snooze": (frozenset({_R}), frozenset({_Q, _C})),
     "hand_back": (frozenset({_R}), frozenset({_Q, _C})),

@@ -20,10 +20,9 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core import validation
 from jobdesk.shared.core.audit import AuditAction, audit_log
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
-from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from jobdesk.shared.webhooks.signing import generate_secret
 from jobdesk.shared.webhooks.ssrf import Resolver, UnsafeURLError, check_url
@@ -253,17 +252,7 @@ def resume_endpoint(conn: sa.Connection, name: str, *, actor: str, now: datetime
 
 def release_held_jobs(conn: sa.Connection, name: str, *, now: datetime) -> int:
     """Make the endpoint's snoozed (queued, not yet due) deliveries due now."""
-    result = conn.execute(
-        sa.update(jobs)
-        .where(
-            jobs.c.job_type == WEBHOOK_JOB_TYPE,
-            jobs.c.status == JobStatus.QUEUED.value,
-            jobs.c.next_run_at > now,
-            jobs.c.payload["endpoint"].as_string() == name,
-        )
-        .values(next_run_at=now, updated_at=now)
-    )
-    return int(result.rowcount or 0)
+    return driver(conn).release_deliveries(conn, WEBHOOK_JOB_TYPE, name, now=now)
 
 
 def disable_endpoint(

@@ -13,13 +13,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.sqltypes import UTCDateTime
+from jobdesk.shared.core.states import JobStatus
 
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
 T = TypeVar("T")
@@ -28,6 +30,90 @@ T = TypeVar("T")
 #: `excluded` with the same arguments.
 UpsertInsert = PostgreSQLInsert | SQLiteInsert
 TimeUnit = Literal["minute", "hour", "day"]
+
+
+class AttemptRef(Protocol):
+    """The attempt a worker-side write is for: the compare-and-set key (`id`, status
+    `running`, `lease_token`) and what its attempt row records."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def lease_token(self) -> int | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+
+
+class JobRow(NamedTuple):
+    """One validated job for `insert_jobs` (field order = column order)."""
+
+    job_type: str
+    queue: str
+    payload: str  # JSON text, validated
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    idempotency_key: str | None
+    group_key: str | None
+    timeout_seconds: float | None
+
+
+class Inserted(NamedTuple):
+    """What `insert_jobs` made: ids of new rows without a key (input order) and
+    key -> id of new rows with one (a key already taken is absent)."""
+
+    unkeyed: list[int]
+    by_key: dict[str, int]
+
+
+class ClaimFilter(NamedTuple):
+    """Which jobs a claim may take (None: any)."""
+
+    queues: Sequence[str] | None
+    job_types: Sequence[str] | None
+
+
+class ClaimBatch(NamedTuple):
+    """A claim's rows, in claim order, as tuples of `CLAIM_COLUMNS`, and the lease they
+    got. `decoded`: the payloads are parsed JSON values; otherwise the stored text."""
+
+    rows: list[tuple[Any, ...]]
+    now: datetime
+    expires: datetime
+    decoded: bool
+
+
+class Completion(NamedTuple):
+    """One success to write. `ref` may be the claimed job itself (it has the same
+    fields), which saves building a ref per job on the hot path."""
+
+    ref: Any
+    result: Any = None
+
+
+class Failure(NamedTuple):
+    """One failed attempt to write: `retry_at` None means no retry (dead); `error` is
+    already sanitised; `outcome` is the attempt's (`failed`, `timeout`, `lost`, …)."""
+
+    ref: AttemptRef
+    error: str
+    fingerprint: str | None
+    retry_at: datetime | None
+    outcome: str
+
+
+class LeaseRenewal(NamedTuple):
+    """What one renewal did: ids whose lease was pushed, ids still held by the caller
+    whose row was locked by someone else (not renewed now, not lost either), and ids
+    still held that have a cancel request (`cancel_requested_at` set)."""
+
+    renewed: list[int]
+    busy: list[int]
+    stopping: tuple[int, ...] = ()
 
 
 class Driver(ABC):
@@ -42,8 +128,151 @@ class Driver(ABC):
     #: Triggers keep `jobdesk_job_counts` (else counts are read off the jobs).
     keeps_job_counts: ClassVar[bool]
 
-    # --- the jobs table ---------------------------------------------------------------
-    # Every statement that writes `jobdesk_jobs` is here (a test checks it).
+    # --- the jobs table: the core verbs ----------------------------------------------
+    # Every statement that writes `jobdesk_jobs` is in a driver (a test checks it).
+
+    @abstractmethod
+    def insert_jobs(self, conn: sa.Connection, rows: Sequence[JobRow]) -> Inserted:
+        """Enqueue: insert `rows` in the caller's transaction, in input order (ids grow
+        in that order); a row whose idempotency key is taken is left out. Wakes idle
+        workers of the rows' queues when the caller commits, where the database can."""
+
+    @abstractmethod
+    def claim_jobs(
+        self,
+        conn: sa.Connection,
+        *,
+        worker_id: str,
+        token: int,
+        limit: int,
+        which: ClaimFilter,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> ClaimBatch:
+        """Claim: take up to `limit` due jobs, oldest first by (priority, next_run_at,
+        id), under a lease with fencing `token`; `attempts` grows by one. Without `now`
+        the database clock decides what is due."""
+
+    def claimed_rows(
+        self, conn: sa.Connection, worker_id: str, token: int
+    ) -> list[tuple[Any, ...]]:
+        """The rows of one claim (its token is unique), payloads as stored text, in claim
+        order: for decoding them one by one."""
+        query = (
+            sa.select(
+                jobs.c.id, jobs.c.job_type, jobs.c.queue, sa.cast(jobs.c.payload, sa.Text),
+                jobs.c.attempts, jobs.c.max_attempts, jobs.c.priority,
+                jobs.c.idempotency_key, jobs.c.group_key, jobs.c.timeout_seconds,
+            )
+            .where(
+                jobs.c.status == JobStatus.RUNNING.value,
+                jobs.c.locked_by == worker_id,
+                jobs.c.lease_token == token,
+            )
+            .order_by(jobs.c.priority, jobs.c.next_run_at, jobs.c.id)
+        )  # fmt: skip
+        return [tuple(row) for row in conn.execute(query)]
+
+    @abstractmethod
+    def complete_jobs(
+        self, conn: sa.Connection, completions: Sequence[Completion], *, now: datetime
+    ) -> list[int]:
+        """Complete: mark attempts succeeded (result stored, lease cleared) and write
+        their attempt rows; the ids completed (a lost lease is left out)."""
+
+    @abstractmethod
+    def fail_jobs(
+        self, conn: sa.Connection, failures: Sequence[Failure], *, now: datetime
+    ) -> dict[int, JobStatus]:
+        """Fail (and rescue, which is failing a lost attempt): `failed` until the retry,
+        `dead` without one or with the attempts spent, `cancelled` when an operator asked;
+        the attempt rows written. Returns the new status of each job written (a lost
+        lease is left out)."""
+
+    def hand_back(
+        self, conn: sa.Connection, ref: AttemptRef, *, until: datetime, now: datetime
+    ) -> JobStatus | None:
+        """Snooze / release: back to `queued` until `until` without counting the attempt,
+        or `cancelled` for a job with a cancel request. None when the lease was lost."""
+        stop = jobs.c.cancel_requested_at.is_not(None)
+        row = conn.execute(
+            sa.update(jobs)
+            .where(_is_mine(ref), jobs.c.attempts > 0)
+            .values(
+                status=sa.case((stop, JobStatus.CANCELLED.value), else_=JobStatus.QUEUED.value),
+                attempts=sa.case((stop, jobs.c.attempts), else_=jobs.c.attempts - 1),
+                next_run_at=until,
+                finished_at=sa.case(
+                    (stop, sa.literal(now, UTCDateTime())), else_=jobs.c.finished_at
+                ),
+                updated_at=now,
+                **_RELEASE_LOCK,
+            )
+            .returning(jobs.c.status)
+        ).first()
+        return None if row is None else JobStatus(row.status)
+
+    def stop_cancelled(self, conn: sa.Connection, ref: AttemptRef, *, now: datetime) -> bool:
+        """Cancel a running job its worker stopped on request (only one with a request)."""
+        row = conn.execute(
+            sa.update(jobs)
+            .where(_is_mine(ref), jobs.c.cancel_requested_at.is_not(None))
+            .values(
+                status=JobStatus.CANCELLED.value, finished_at=now, updated_at=now, **_RELEASE_LOCK
+            )
+            .returning(jobs.c.id)
+        ).first()
+        return row is not None
+
+    def record_progress(
+        self, conn: sa.Connection, ref: AttemptRef, progress: dict[str, Any]
+    ) -> bool:
+        """A handler's progress, while its attempt still holds the job (fenced)."""
+        row = conn.execute(
+            sa.update(jobs).where(_is_mine(ref)).values(progress=progress).returning(jobs.c.id)
+        ).first()
+        return row is not None
+
+    def record_attempt(
+        self,
+        conn: sa.Connection,
+        ref: AttemptRef,
+        *,
+        outcome: str,
+        error: str | None,
+        fingerprint: str | None = None,
+        now: datetime,
+    ) -> None:
+        """One attempt row (the verbs above write their own; this is for the others)."""
+        conn.execute(
+            sa.insert(job_attempts).values(
+                job_id=ref.id,
+                attempt=ref.attempt,
+                worker_id=ref.worker_id,
+                started_at=ref.started_at,
+                finished_at=now,
+                outcome=outcome,
+                error=error,
+                error_fingerprint=fingerprint,
+            )
+        )
+
+    def release_deliveries(
+        self, conn: sa.Connection, job_type: str, endpoint: str, *, now: datetime
+    ) -> int:
+        """Make the snoozed (queued, not yet due) jobs of `job_type` for `endpoint` (their
+        payload's `endpoint`) due now; how many."""
+        result = conn.execute(
+            sa.update(jobs)
+            .where(
+                jobs.c.job_type == job_type,
+                jobs.c.status == JobStatus.QUEUED.value,
+                jobs.c.next_run_at > now,
+                jobs.c.payload["endpoint"].as_string() == endpoint,
+            )
+            .values(next_run_at=now, updated_at=now)
+        )
+        return int(result.rowcount or 0)
 
     def set_progress(self, conn: sa.Connection, job_id: int, progress: dict[str, Any]) -> bool:
         """Store a job's progress for someone other than its worker (a report run
@@ -168,3 +397,20 @@ def refilled(
 def first_take(capacity: float, want: int) -> int:
     """What the first taker of a new (full) bucket gets."""
     return min(want, math.floor(capacity))
+
+
+_RELEASE_LOCK: dict[str, Any] = {
+    "locked_by": None,
+    "locked_at": None,
+    "lease_token": None,
+    "lease_expires_at": None,
+}
+
+
+def _is_mine(ref: AttemptRef) -> sa.ColumnElement[bool]:
+    """The worker-side compare-and-set: still `running` under this attempt's token."""
+    return sa.and_(
+        jobs.c.id == ref.id,
+        jobs.c.status == JobStatus.RUNNING.value,
+        jobs.c.lease_token == ref.lease_token,
+    )

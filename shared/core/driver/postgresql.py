@@ -13,13 +13,13 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from jobdesk.shared.core.driver.base import (
-    Driver,
     SelectT,
     TimeUnit,
     check_payload_key,
     first_take,
     refilled,
 )
+from jobdesk.shared.core.driver.postgresql_jobs import PostgreSQLJobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
 
 
@@ -77,7 +77,7 @@ _BUCKET = sa.text("SELECT tokens, updated_at FROM jobdesk_rate_limits WHERE key 
 )
 
 
-class PostgreSQLDriver(Driver):
+class PostgreSQLDriver(PostgreSQLJobs):
     name: ClassVar[str] = "postgresql"
     listens: ClassVar[bool] = True
     locks_rows: ClassVar[bool] = True

@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from jobdesk.shared.core.driver.base import (
-    Driver,
     SelectT,
     TimeUnit,
     check_payload_key,
     first_take,
     refilled,
 )
+from jobdesk.shared.core.driver.sqlite_jobs import SQLiteJobs
 from jobdesk.shared.core.payload_terms import payload_terms, term_value
 from jobdesk.shared.core.sqltypes import UTCDateTime
 
@@ -41,7 +41,7 @@ _SET_BUCKET = sa.text(
 ).bindparams(sa.bindparam("now", type_=UTCDateTime()))
 
 
-class SQLiteDriver(Driver):
+class SQLiteDriver(SQLiteJobs):
     name: ClassVar[str] = "sqlite"
     listens: ClassVar[bool] = False
     locks_rows: ClassVar[bool] = False

@@ -224,14 +224,14 @@ def test_database_refuses_a_second_running_job_in_a_group(engine: sa.Engine) -> 
 def test_claim_sql_repeats_the_partial_index_predicates_for_the_right_states() -> None:
     # The claim copies the partial indexes' WHERE text so SQLite's planner can use them;
     # this keeps those predicates naming exactly the claimable / active states.
-    from jobdesk.shared.core import claim as queue
+    from jobdesk.shared.core.driver import jobs_sql as queue
 
     def states(sql: str) -> set[str]:
         return set(re.findall(r"'(\w+)'", sql))
 
-    assert states(queue._CLAIMABLE_SQL) == set(sql_values(CLAIMABLE))
-    assert states(queue._ACTIVE_GROUP_SQL) == set(sql_values(ACTIVE))
-    assert "group_key IS NOT NULL" in queue._ACTIVE_GROUP_SQL
+    assert states(queue.CLAIMABLE_SQL) == set(sql_values(CLAIMABLE))
+    assert states(queue.ACTIVE_GROUP_SQL) == set(sql_values(ACTIVE))
+    assert "group_key IS NOT NULL" in queue.ACTIVE_GROUP_SQL
 
 
 #: The PostgreSQL claim's parameters for an EXPLAIN (the database's clock, lease 30 s).
@@ -245,17 +245,17 @@ def test_claim_plan_cost_stays_small_with_every_job_in_one_queue(engine: sa.Engi
     # every candidate — past `jit_above_cost` PostgreSQL compiled JIT code on every
     # claim (about half a second each at a 60k backlog).
     from jobdesk import NewJob, enqueue_many
-    from jobdesk.shared.core import claim as queue
+    from jobdesk.shared.core.driver.postgresql_jobs import CLAIM_STATEMENTS
 
     with engine.begin() as conn:
         enqueue_many(conn, [NewJob("t.noop", {"i": i}) for i in range(5000)])
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         conn.execute(sa.text("ANALYZE jobdesk_jobs"))
-    statement = queue._claim_statement(True, None, 0)
+    statement = CLAIM_STATEMENTS["", True].text
     params = {**CLAIM_PARAMS, "limit": 10, "job_types": ["t.noop"]}
     with engine.connect() as conn:
-        (plan,) = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).one()
+        (plan,) = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + statement), params).one()
     cost = plan[0]["Plan"]["Total Cost"]
     assert cost < 2000, f"claim of 10 estimated at {cost:,.0f}"
 
@@ -268,8 +268,8 @@ def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empt
     # claim is then a scan of the whole table, and a prepared statement keeps that plan
     # while the next burst fills it (measured: ~1,050 claimed jobs/s instead of ~20k until
     # autovacuum's next ANALYZE). The worker's own engine turns sequential scans off.
-    from jobdesk.shared.core import claim as queue
     from jobdesk.shared.core.db import make_engine
+    from jobdesk.shared.core.driver.postgresql_jobs import CLAIM_STATEMENTS
     from jobdesk.shared.settings import Settings
 
     plain = make_engine(db_url, settings=Settings())
@@ -278,12 +278,12 @@ def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empt
         with plain.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(sa.text("VACUUM ANALYZE jobdesk_jobs"))
-        statement = queue._claim_statement(True, None, None)
+        statement = sa.text("EXPLAIN " + CLAIM_STATEMENTS["", False].text)
         params = {**CLAIM_PARAMS, "limit": 100}
         plans = {}
         for name, engine in (("plain", plain), ("worker", worker)):
             with engine.connect() as conn:
-                rows = conn.exec_driver_sql("EXPLAIN " + statement, params).scalars().all()
+                rows = conn.execute(statement, params).scalars().all()
                 plans[name] = "\n".join(rows)
                 plans[name + " setting"] = conn.exec_driver_sql("SHOW enable_seqscan").scalar()
     finally:
@@ -306,20 +306,21 @@ def test_a_burst_after_the_statistics_were_taken_is_claimed_in_index_order(
     # them against 0.3-1.5 ms walking an index in claim order.
     from jobdesk import NewJob, enqueue_many
     from jobdesk.shared.core import claim as queue
+    from jobdesk.shared.core.driver.postgresql_jobs import CLAIM_STATEMENTS, NO_SORT
 
     payloads = [{"endpoint": "crm", "event": "e", "data": {"i": i}} for i in range(20_000)]
     with engine.begin() as conn:
         enqueue_many(conn, [NewJob("webhook.deliver", p, queue="webhooks") for p in payloads])
     params = {**CLAIM_PARAMS, "limit": 10, "job_types": ["webhook.deliver"]}
     if queues is None:
-        statement = queue._claim_statement(True, None, 0)
+        statement = CLAIM_STATEMENTS["", True].text
     else:
-        statement = queue._claim_statement(True, 1, 0)
+        statement = CLAIM_STATEMENTS["one_queue", True].text
         params["queue"] = queues[0]
     with engine.begin() as conn:
         if queues is None:
-            conn.execute(queue._NO_SORT)
-        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
+            conn.execute(NO_SORT)
+        plan = "\n".join(conn.execute(sa.text("EXPLAIN " + statement), params).scalars())
     assert "Sort" not in plan, plan
     with engine.begin() as conn:
         claimed = queue.claim(

@@ -252,8 +252,8 @@ def test_a_completion_finds_its_jobs_by_key_however_many_others_run(db_url: str)
     # ten primary-key lookups, never a read of every running row (which, once per
     # batch, grows with the fleet) nor of the whole key.
     from jobdesk import NewJob, enqueue_many
-    from jobdesk.shared.core import transitions
     from jobdesk.shared.core.db import make_engine
+    from jobdesk.shared.core.driver.postgresql_jobs import COMPLETE_JOBS
     from jobdesk.shared.settings import Settings
 
     engine = make_engine(db_url, settings=Settings(), index_plans=True)
@@ -269,9 +269,7 @@ def test_a_completion_finds_its_jobs_by_key_however_many_others_run(db_url: str)
         params = {"rows": f"[{rows}]", "now": datetime.now(UTC)}
         with engine.begin() as conn:
             plan = "\n".join(
-                conn.exec_driver_sql(
-                    "EXPLAIN (ANALYZE) " + transitions._POSTGRESQL_COMPLETE, params
-                ).scalars()
+                conn.execute(sa.text("EXPLAIN (ANALYZE) " + COMPLETE_JOBS.text), params).scalars()
             )
             conn.rollback()
     finally:
