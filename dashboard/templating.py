@@ -57,8 +57,10 @@ def viewer_mask(text: object) -> str:
 
 
 #: Where a stored error's stack trace starts: Python's own header, or the frames
-#: `describe_exception` appends after the "Type: message" line.
-_STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|\s+File ")', re.MULTILINE)
+#: `describe_exception` appends after the "Type: message" line. Indentation is spaces
+#: and tabs only: `\s+` would also take line breaks, and every line start in a run of
+#: empty lines would scan the whole run again (quadratic).
+_STACK_START = re.compile(r'^(?:Traceback \(most recent call last\):|[ \t]+File ")', re.MULTILINE)
 STACK_HIDDEN = "[stack trace hidden: operators and admins see it]"
 
 
