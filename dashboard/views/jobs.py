@@ -17,8 +17,8 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.forms import request_filters
 from jobdesk.dashboard.htmx import is_htmx, render
 from jobdesk.dashboard.refresh import chosen_refresh
+from jobdesk.shared.core.document_masking import mask_document_text
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
-from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
 from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
@@ -231,11 +231,13 @@ def detail(job_id: int) -> Any:
 @bp.get("/jobs/<jobdesk_id:job_id>/<any(payload, result):name>.json")
 @auth.requires(Role.OPERATOR)
 def raw_document(job_id: int, name: str) -> Any:
-    """The stored document as it is in the database (secrets masked in the text), for
-    documents too large, too deep or too broken to show on the page."""
+    """The stored document as it is in the database, for documents too large, too deep
+    or too broken to show on the page — masked as the page masks (key-aware: values
+    under secret keys too, not only what looks like a secret; emails for viewers)."""
     with db.read() as conn:
         text = stored_document(conn, job_id, name)
-    response = Response(mask_text(text or "null"), mimetype="application/json")
+    masked = mask_document_text(text or "null", mask_emails=auth.is_viewer_only())
+    response = Response(masked, mimetype="application/json")
     response.headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-{name}.json"'
     response.headers["Cache-Control"] = "no-store"
     return response

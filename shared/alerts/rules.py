@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import AlertStatus, alerts
+from jobdesk.shared.core.masking import mask_prefix
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers
@@ -276,12 +277,18 @@ def _sample_error(conn: sa.Connection, fp: str) -> str:
             .limit(1)
         )
         value = conn.execute(query).scalar()
-    return str(value or "")[:EXCERPT_CHARS]
+    return _stored_error(value)
+
+
+def _stored_error(text: object) -> str:
+    """A stored error as an alert carries it: masked again, for rows the current rules
+    did not mask when they were written (older versions, plain SQL), and bounded."""
+    return mask_prefix(str(text or ""), EXCERPT_CHARS)[0]
 
 
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else "(no message)"
-    return line[:200]
+    return mask_prefix(line, 200)[0]
 
 
 def find_stalled_queues(
@@ -372,7 +379,7 @@ def find_open_breakers(conn: sa.Connection, now: datetime, cfg: rules.BreakerOpe
     findings = []
     for row in conn.execute(query):
         age = (now - row.opened_at).total_seconds()
-        error = str(row.last_error or "")[:EXCERPT_CHARS]
+        error = _stored_error(row.last_error)
         message = (
             f"circuit breaker {row.key} {row.state.replace('_', '-')} for {_duration(age)} "
             f"({row.consecutive_failures} consecutive failures): {_first_line(error)}"

@@ -97,14 +97,17 @@ def fold_stack(lines: list[str]) -> tuple[StackPart, ...]:
     line, the `^^^^` markers); any other line (a `Traceback` header, a chained
     exception's text) stays in the shown text."""
     frames: list[tuple[bool, list[str]]] = []  # (own?, lines); own=False also for plain lines
+    in_frame = False  # the last entry is a frame (so indented lines belong to it)
     for line in lines:
         match = _FRAME.match(line)
         if match is not None:
             frames.append((is_own_frame(match.group("path")), [line]))
-        elif frames and line.startswith("    ") and _FRAME.match(frames[-1][1][0]):
+            in_frame = True
+        elif in_frame and line.startswith("    "):
             frames[-1][1].append(line)
         else:
             frames.append((False, [line]))
+            in_frame = False
     parts: list[StackPart] = []
     shown: list[str] = []
     own: list[str] = []

@@ -151,3 +151,43 @@ def test_alert_email_template_renders_every_shape() -> None:
     resolved = render(template, {**breaker, "state": "resolved", "details": {}})
     assert resolved.subject.startswith("[Jobdesk] Resolved:")
     assert "Matching jobs" not in resolved.text
+
+
+PEM_BODY = "MIIEpAIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB"
+#: Errors as a row written by an older version or by plain SQL may hold them: unmasked.
+UNMASKED_ERROR = (
+    "ValueError: login password=correct horse battery with key -----BEGIN RSA PRIVATE KEY-----"
+    f"{PEM_BODY}\n-----END RSA PRIVATE KEY-----"
+)
+LEAKS = ("horse", "battery", PEM_BODY[:16])
+
+
+def test_alerts_never_carry_a_secret_of_a_stored_error(engine: sa.Engine) -> None:
+    """Issue 23 #5: alert emails and webhooks quote stored errors; a row stored before
+    the masking rules knew whole values and PEM keys must not leak through them."""
+    with engine.begin() as conn:
+        add_endpoint(conn, "oncall")
+        dead_jobs(conn, 6, endpoint="crm", error=UNMASKED_ERROR, fingerprint="fp-login")
+        add_breaker(conn, "webhook:crm", state="open", opened=ago(hours=1))
+        conn.execute(
+            sa.text("UPDATE jobdesk_circuit_breakers SET last_error = :e"),
+            {"e": "TLS setup failed: -----BEGIN PRIVATE KEY-----\n" + PEM_BODY},
+        )
+    run_once(engine, NOW, env_settings(CHANNELS))
+    with engine.connect() as conn:
+        sent = notification_jobs(conn)
+        messages = [row.message for row in alert_rows(conn)]
+    assert len(sent) >= 4  # email and webhook for the spike, the repeats and the breaker
+    template = load_template(BUILTIN_TEMPLATES, "alert")
+    for job in sent:
+        document = str(job.payload)
+        for leak in LEAKS:
+            assert leak not in document, (job.job_type, leak, document)
+        if job.job_type == "email.send":
+            mail = render(template, job.payload["context"])
+            for leak in LEAKS:
+                assert leak not in mail.text + mail.subject
+    for message in messages:
+        for leak in LEAKS:
+            assert leak not in message
+    assert any("password=***" in message for message in messages)

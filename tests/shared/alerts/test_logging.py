@@ -115,3 +115,52 @@ def test_text_masks_nested_extras() -> None:
     for secret in SECRETS:
         assert secret not in text, secret
     assert "attempt=3" in text
+
+
+PEM_BODY = "MIIEpAIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB"
+PEM = f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n-----END PRIVATE KEY-----"
+#: Issue 23 #5: what the first-space/first-quote rule and the missing PEM rule let through.
+WHOLE_VALUES = {
+    "login": "password=correct horse battery",
+    "key_file": PEM,
+    "cut_key": "-----BEGIN EC PRIVATE KEY-----\n" + PEM_BODY,
+    "quoted": "{'passphrase': 'correct horse battery'}",
+}
+WHOLE_LEAKS = ("horse", "battery", PEM_BODY[:16])
+
+
+def test_json_masks_whole_values_and_private_keys() -> None:
+    record = job_record("login failed: password=correct horse battery", **WHOLE_VALUES)
+    try:
+        raise ValueError(f"could not load {PEM}")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    line = JsonFormatter().format(record)
+    for leak in WHOLE_LEAKS:
+        assert leak not in line, leak
+    data = json.loads(line)
+    assert data["login"] == "password=***"
+    assert data["message"] == "login failed: password=***"
+    assert "PRIVATE KEY" in data["exc"]
+
+
+def test_text_masks_whole_values_and_keeps_the_extras_after_a_secret() -> None:
+    text = TextFormatter().format(
+        job_record("login failed: password=correct horse battery", action="job_failed", n=3)
+    )
+    for leak in WHOLE_LEAKS:
+        assert leak not in text, leak
+    assert "password=***" in text
+    assert "[action=job_failed n=3]" in text  # not swallowed by the masked value
+    text = TextFormatter().format(job_record("loading key", **WHOLE_VALUES))
+    for leak in WHOLE_LEAKS:
+        assert leak not in text, leak
+
+
+def test_a_huge_message_is_bounded_and_masked() -> None:
+    message = "token=abc " + "x" * 1_000_000
+    for formatter in (JsonFormatter(), TextFormatter()):
+        line = formatter.format(job_record(message, detail=message))
+        assert "abc" not in line
+        assert len(line) < 3 * 40_000
+        assert "1,000,010 characters in all" in line

@@ -10,6 +10,7 @@ Webhooks signatures, applies each `webhook-id` once, and answers per path:
 | `/410` | 410 Gone |
 | `/301` | 301 to another URL (must not be followed) |
 | `/400` | 400 with a body |
+| `/hostile` | 400 with 64 KiB that once made masking backtrack (`HOSTILE_BODY`) |
 | `/big` | 200 with a 10 MB body |
 | `/reset` | applies the event, then resets the connection (first time per id), later 200 |
 | `/slow` | sleeps 3 s, then 200 |
@@ -33,6 +34,8 @@ from jobdesk.shared.webhooks.signing import WebhookVerificationError, verify
 from tests.local_http import LocalPostServer
 
 BIG_BODY = b"x" * (10 * 1024 * 1024)
+#: Issue 23: masking this response body held the worker's GIL for ~23 s.
+HOSTILE_BODY = (" " + "secret" * 10900).encode()
 
 
 @dataclass
@@ -127,6 +130,7 @@ class Receiver(LocalPostServer):
             "/301": (301, b"", {"Location": "http://127.0.0.1:1/elsewhere"}),
             "/400": (400, b'{"error": "field user_id missing", "token=abc123secret": 1}', {}),
             "/big": (200, BIG_BODY, {}),
+            "/hostile": (400, HOSTILE_BODY, {}),
         }
         status, payload, extra = answers.get(path, (404, b"no such path", {}))
         self._reply(request, status, payload, extra)

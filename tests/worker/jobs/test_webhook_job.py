@@ -4,6 +4,7 @@ B10, pause/resume, breaker, rotation), on both databases."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -230,6 +231,27 @@ def test_400_is_dead_with_a_masked_excerpt(engine: sa.Engine, receiver: Receiver
     assert logged["outcome"] == "rejected"
     assert "abc123secret" not in logged["response_excerpt"]
     assert "abc123secret" not in job.last_error
+
+
+def test_a_hostile_400_body_fails_the_delivery_in_milliseconds(
+    engine: sa.Engine, receiver: Receiver
+) -> None:
+    """Issue 23 #1: 64 KiB of `" " + "secret" * 10900` made masking backtrack for ~23 s
+    per excerpt, holding the GIL. The body is cut before it is scanned."""
+    endpoint_at(engine, receiver, "/hostile")
+    job_id = add(engine)
+    started = time.monotonic()
+    drain(engine)
+    elapsed = time.monotonic() - started
+    job = row(engine, job_id)
+    assert job.status == "dead"
+    assert "answered HTTP 400" in job.last_error
+    assert "secretsecret" in job.last_error  # an excerpt, not a masked or empty text
+    assert len(job.last_error) < 4200
+    [logged] = deliveries(engine, job_id)
+    assert logged["outcome"] == "rejected"
+    assert len(logged["response_excerpt"]) < 2100
+    assert elapsed < 10, f"the delivery took {elapsed:.1f} s"
 
 
 def test_huge_response_body_is_read_capped(engine: sa.Engine, receiver: Receiver) -> None:

@@ -164,6 +164,29 @@ def _enqueue(db_url: str, job_type: str, payload: str) -> int:
     return int(cli(db_url, "enqueue", job_type, payload).strip())
 
 
+def test_a_hostile_400_body_neither_stalls_nor_kills_the_worker(
+    engine: sa.Engine,
+    db_url: str,
+    receiver: Receiver,
+    workers: Workers,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 23 #1: masking a receiver's 64 KiB 400 body held the GIL for ~23 s; the
+    watchdog killed the worker and the job stayed `running`. Now the job is dead at once
+    and the same worker goes on with the next one."""
+    for name, path in (("hostile", "/hostile"), ("crm", "/ok")):
+        out = cli(db_url, "endpoints", "add", name, receiver.url(path))
+        receiver.secrets.append(out.strip().splitlines()[-1])
+    hostile = _enqueue(db_url, "webhook.deliver", '{"endpoint": "hostile", "event": "x"}')
+    monkeypatch.setenv("JOBDESK_WATCHDOG_SECONDS", "5")  # a stall ends the worker quickly
+    proc = workers.start("--queues", "webhooks", "--concurrency", "1")
+    wait_for(lambda: _job(engine, hostile).status == "dead", timeout=30, what="dead")
+    after = _enqueue(db_url, "webhook.deliver", '{"endpoint": "crm", "event": "y"}')
+    wait_for(lambda: _job(engine, after).status == "succeeded", timeout=30, what="next job")
+    assert proc.poll() is None, workers.output()  # the watchdog did not have to end it
+    assert "answered HTTP 400" in _job(engine, hostile).last_error
+
+
 def test_f2_sigkill_after_the_webhook_was_applied(
     engine: sa.Engine, db_url: str, receiver: Receiver, workers: Workers
 ) -> None:
