@@ -64,6 +64,9 @@ _URL_USER_INFO_END = re.compile(r"[@/\s]")
 #: shorter: `sanitize_error` cuts them to `MAX_ERROR_CHARS`).
 _FINGERPRINT_SCAN = 2 * MAX_ERROR_CHARS
 _FINGERPRINT_RULES = [
+    # First: an address must not survive into the hash, where a viewer (who sees it
+    # masked) could confirm a guess by hashing it (and it is a variable part anyway).
+    (_EMAIL, "<email>"),
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "<uuid>"),
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"), "<ts>"),
     (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.core.masking import is_secret_key, mask_email, mask_text
+from jobdesk.shared.core.masking import is_secret_key, mask_email, mask_text, masks_number
 from jobdesk.shared.core.payload_terms import MAX_VALUE_CHARS
 
 PARAMETER = "payload"
@@ -213,6 +213,10 @@ def refuse_hidden(terms: tuple[Term, ...], *, mask_emails: bool) -> None:
                 PARAMETER, f"cannot search {key!r}: its values are masked (a secret)"
             )
         for value in term.candidates:
+            if masks_number(value):
+                raise ValidationError(
+                    PARAMETER, f"cannot search {key!r} for a card number: it is masked"
+                )
             if not isinstance(value, str):
                 continue
             if mask_text(value) != value:

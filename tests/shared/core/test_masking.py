@@ -121,6 +121,15 @@ def test_fingerprint_groups_the_same_failure_with_different_details() -> None:
     )
 
 
+def test_an_email_in_an_error_does_not_reach_its_fingerprint() -> None:
+    # Viewers see the address masked; a fingerprint of the line with the address in it
+    # would let them confirm a guess by hashing it.
+    a = fingerprint("SMTPRecipientsRefused: unknown mailbox ana.lopez@example.com")
+    b = fingerprint("SMTPRecipientsRefused: unknown mailbox bob@example.org")
+    assert a == b
+    assert a == fingerprint("SMTPRecipientsRefused: unknown mailbox <email>")
+
+
 #: B15: credential shapes an earlier rule set missed, each as it shows up in real errors.
 B15 = [
     ("token endpoint said: client_secret=cs_9x8y7z6w5v is invalid", "cs_9x8y7z6w5v"),
