@@ -144,3 +144,30 @@ def test_a_password_may_not_contain_the_accounts_name(engine: sa.Engine) -> None
             set_password(conn, "OTTO", "otto and a long tail", now=NOW)
         with pytest.raises(ValidationError, match="most common"):
             set_password(conn, "otto", "Password123", now=NOW)
+
+
+def test_production_passwords_are_hashed_with_scrypt_at_werkzeugs_cost() -> None:
+    from werkzeug.security import check_password_hash
+
+    from jobdesk.shared.operator import accounts
+
+    cheap = accounts.PASSWORD_HASH_METHOD
+    accounts.PASSWORD_HASH_METHOD = "scrypt"  # what a real process uses
+    try:
+        hashed = accounts.hash_password("a long enough passphrase")
+    finally:
+        accounts.PASSWORD_HASH_METHOD = cheap
+    assert hashed.startswith("scrypt:32768:8:1$")
+    assert check_password_hash(hashed, "a long enough passphrase")
+    assert cheap != "scrypt"  # the suite's own accounts are cheap
+
+
+def test_the_production_default_is_scrypt() -> None:
+    import subprocess
+    import sys
+
+    code = "from jobdesk.shared.operator import accounts; print(accounts.PASSWORD_HASH_METHOD)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "scrypt"
