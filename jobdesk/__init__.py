@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
 from jobdesk.shared.core.errors import (
+    DatabaseUnavailable,
     PermanentError,
     RetryAfter,
     SchemaMissingError,
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DatabaseUnavailable",
     "NewJob",
     "PermanentError",
     "RateLimit",
