@@ -177,17 +177,19 @@ class JobContext:
             with self.engine.begin() as conn:
                 return record_progress(conn, ref, value)
 
-        return self._db("ctx.progress", write)
+        return self.db_call("ctx.progress", write)
 
     @property
     def ref(self) -> JobRef:
         """This attempt's fencing key (job id + lease token)."""
         return JobRef(self.job_id, self.lease_token, self.attempt, self.worker_id)
 
-    def _db(self, what: str, work: Callable[[], T]) -> T:
-        """Jobdesk's own database work for this attempt, retried on database errors for
-        up to a lease (and never past the attempt's deadline); `DatabaseUnavailable`
-        (the attempt ends snoozed, not counted) when the database stayed away."""
+    def db_call(self, what: str, work: Callable[[], T]) -> T:
+        """`work()` — Jobdesk's own database work for this attempt (the ledger, progress,
+        the built-in handlers' lookups) — retried on database errors for up to a lease,
+        never past the attempt's deadline; `DatabaseUnavailable` (the attempt ends
+        snoozed, not counted) when the database stayed away. `work` must be safe to
+        run again: one transaction of its own, or reads."""
         now = time.monotonic()
         until = now + self.settings.lease_seconds
         if self.deadline is not None:
@@ -211,7 +213,7 @@ class JobContext:
             with self.engine.connect() as conn:
                 return find_effect(conn, key)
 
-        return self._db(f"ctx.effect_done({key!r})", read)
+        return self.db_call(f"ctx.effect_done({key!r})", read)
 
     def record_effect(self, key: str, detail: dict[str, Any] | None = None) -> bool:
         """Record the effect under `key` as done (committed at once)."""
@@ -222,7 +224,7 @@ class JobContext:
             with self.engine.begin() as conn:
                 return complete_effect(conn, key, ref, detail)
 
-        return self._db(f"ctx.record_effect({key!r})", write)
+        return self.db_call(f"ctx.record_effect({key!r})", write)
 
     def reserve(self, key: str, wait: float = EFFECT_WAIT_SECONDS) -> Reservation:
         """Claim `key` before doing its effect (committed at once): `mine`, `done` (skip)
@@ -236,7 +238,7 @@ class JobContext:
 
         deadline = time.monotonic() + wait
         while True:
-            reservation = self._db(f"ctx.reserve({key!r})", take)
+            reservation = self.db_call(f"ctx.reserve({key!r})", take)
             if not reservation.held or time.monotonic() >= deadline or self.cancelled.is_set():
                 return reservation
             time.sleep(EFFECT_POLL_SECONDS)
@@ -256,7 +258,7 @@ class JobContext:
                 release_effect(conn, key, ref)
 
         try:
-            self._db(f"ctx.release({key!r})", give_up)
+            self.db_call(f"ctx.release({key!r})", give_up)
         except DatabaseUnavailable:
             self.log.warning(
                 "reservation of effect %s not released (database unavailable); the next "
@@ -318,23 +320,39 @@ class JobContext:
         assert reservation.done is not None
         return reservation.done
 
-    def _record_done(self, key: str, detail: dict[str, Any]) -> None:
-        """Record an outside effect that happened. When the database stays away past
-        the retries, the record goes with the attempt's outcome instead (the completer
-        retries that write until it commits): the effect must not be run again."""
+    def record_after_effect(self, what: str, write: OutcomeWrite) -> None:
+        """Make `write(conn)` — the record of something this attempt already did outside
+        (an effect marked done, a delivery logged, a destination's health) — in a
+        transaction of its own now, retried like `db_call`. When the database stays
+        away, the write goes with the attempt's outcome instead (`with_outcome`: the
+        completer retries it until it commits): such a record is never given up, or
+        the work would be done again; and the handler's own ending (its result, its
+        error) stays what it was."""
+
+        def now() -> None:
+            with self.engine.begin() as conn:
+                write(conn)
+
         try:
-            self.record_effect(key, detail)
+            self.db_call(what, now)
         except DatabaseUnavailable:
             if self._outcome_writes is None:
                 raise
-            ref = self.ref
             self.log.warning(
-                "effect %s done but not yet recorded (database unavailable); it is recorded "
-                "with the attempt's outcome",
-                key,
-                extra={"action": "effect_record_deferred"},
+                "%s: database unavailable; written with the attempt's outcome instead",
+                what,
+                extra={"action": "record_deferred", "what": what},
             )
-            self.with_outcome(lambda conn: _complete_quietly(conn, key, ref, detail))
+            self.with_outcome(write)
+
+    def _record_done(self, key: str, detail: dict[str, Any]) -> None:
+        """Record an outside effect that happened (see `record_after_effect`)."""
+        failpoints.hit(failpoints.BEFORE_RECORD)
+        ref = self.ref
+        self.record_after_effect(
+            f"ctx.once({key!r}) record",
+            lambda conn: _complete_quietly(conn, key, ref, detail),
+        )
 
     def _once_in_transaction(
         self, key: str, effect: Callable[[sa.Connection], Detail]
@@ -362,7 +380,7 @@ class JobContext:
         wait_until = time.monotonic() + EFFECT_WAIT_SECONDS
         while True:
             try:
-                reservation, detail = self._db(f"ctx.once({key!r})", apply)
+                reservation, detail = self.db_call(f"ctx.once({key!r})", apply)
             except _EffectFailed as failed:
                 error = failed.error
             else:

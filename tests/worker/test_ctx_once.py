@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from jobdesk import DatabaseUnavailable, Snooze, enqueue
 from jobdesk.shared.core.claim import ClaimedJob, claim
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.effects import find_effect
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.settings import Settings
@@ -27,7 +26,7 @@ from jobdesk.worker.completer import apply_outcomes
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.executor import Kind, Outcome, execute, make_attempt
 from jobdesk.worker.registry import Registry, job
-from tests.conftest import PG_ADMIN_URL
+from tests.worker.dbfaults import handler_engine, refusing_connections
 
 scratch = sa.MetaData()
 #: An effect table WITHOUT a unique key: an effect applied twice is two rows.
@@ -257,31 +256,8 @@ def test_a_failing_statement_of_the_effect_is_the_handlers_failure(
 # ------------------------------------------------------------------ the database away
 
 
-@contextmanager
-def _refusing_connections(url: str) -> Iterator[None]:
-    """PostgreSQL refuses every new connection to the test database (existing sessions
-    of `jobdesk-jobs` are ended too) until the block exits."""
-    name = sa.make_url(url).database
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
-        conn.execute(
-            sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = :name AND application_name = 'jobdesk-jobs'"
-            ),
-            {"name": name},
-        )
-    try:
-        yield
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
-        admin.dispose()
-
-
 def _handler_engine(url: str) -> sa.Engine:
-    return make_engine(url, settings=FAST, pool_size=2, application_name="jobdesk-jobs")
+    return handler_engine(url, FAST)
 
 
 def _one_type(handler: Any, name: str = "t.once") -> Registry:
@@ -302,7 +278,7 @@ def test_a_short_outage_is_ridden_out_by_the_retries(
     handlers = _handler_engine(db_url)
     calls: list[int] = []
     ctx = _ctx(handlers, _running(engine), Settings(lease_seconds=10.0))
-    with _refusing_connections(db_url):
+    with refusing_connections(db_url):
         started = time.monotonic()
         worker = threading.Thread(
             target=lambda: calls.append(len(ctx.once("db:outage", _insert("db:outage", [])))),
@@ -332,7 +308,7 @@ def test_an_outage_past_the_retries_snoozes_the_attempt_without_counting_it(
     handlers = _handler_engine(db_url)
     attempt = make_attempt(claimed, job_type, handlers, FAST)
     attempt.begin()
-    with _refusing_connections(db_url):
+    with refusing_connections(db_url):
         started = time.monotonic()
         outcome = execute(claimed, job_type, attempt.ctx, clock=lambda: claimed.started_at)
         took = time.monotonic() - started
@@ -356,7 +332,7 @@ def test_an_outage_past_the_retries_snoozes_the_attempt_without_counting_it(
 def test_progress_and_reserve_snooze_too(engine: sa.Engine, db_url: str) -> None:
     handlers = _handler_engine(db_url)
     ctx = _ctx(handlers, _running(engine))
-    with _refusing_connections(db_url):
+    with refusing_connections(db_url):
         with pytest.raises(DatabaseUnavailable, match=r"during ctx\.progress") as raised:
             ctx.progress(1, 2)
         assert isinstance(raised.value, Snooze)
@@ -378,7 +354,7 @@ def test_an_outside_effect_whose_record_failed_is_recorded_with_the_outcome(
 
     def send() -> dict[str, Any]:
         sent.append(1)
-        refusing = _refusing_connections(db_url)
+        refusing = refusing_connections(db_url)
         refusing.__enter__()
         outage.append(refusing)
         return {"message_id": "<m1>"}
