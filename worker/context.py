@@ -198,8 +198,8 @@ class JobContext:
             return retry_db(work, until=until, stop=self.cancelled)
         except DB_ERRORS as exc:
             self.log.warning(
-                "database unavailable during %s after %.1fs of retries; the attempt is "
-                "snoozed, not counted",
+                "database unavailable during %s after %.1fs of retries "
+                "(DatabaseUnavailable: the attempt ends snoozed, not counted)",
                 what,
                 time.monotonic() - now,
                 extra={"action": "ctx_db_unavailable", "what": what},
@@ -216,7 +216,8 @@ class JobContext:
         return self.db_call(f"ctx.effect_done({key!r})", read)
 
     def record_effect(self, key: str, detail: dict[str, Any] | None = None) -> bool:
-        """Record the effect under `key` as done (committed at once)."""
+        """Record the effect under `key` as done (committed at once; retried, then
+        `DatabaseUnavailable`)."""
         failpoints.hit(failpoints.BEFORE_RECORD)
         ref = self.ref
 
