@@ -282,9 +282,10 @@ class JobContext:
         database: it runs inside the transaction that records `key`, and its writes
         commit together with the ledger row, exactly once per key. Do only database
         work on `conn` there (the transaction stays open while `effect` runs), neither
-        commit nor roll it back (it is Jobdesk's), and let its errors propagate. If that transaction is lost — at COMMIT too, where
-        nobody can tell whether it committed — it is retried from the ledger: a
-        committed key is found done and `effect` is not run again.
+        commit nor roll it back (it is Jobdesk's), and let its errors propagate. If
+        that transaction is lost — at COMMIT too, where nobody can tell whether it
+        committed — it is retried from the ledger: a committed key is found done and
+        `effect` is not run again.
 
         `effect()` — no parameter — is an effect outside the database: the key is
         reserved (a second job with the same key running at the same moment waits, is

@@ -106,7 +106,12 @@ class _Armed:
             fire = hits == point.nth if point.nth else self._rng.random() < point.probability
         if fire:
             os.write(2, f"failpoint {name} fired in pid {os.getpid()}\n".encode())
-            os.kill(os.getpid(), point.signal)
+            # To this thread, not the process: a process-directed signal may be taken by
+            # another thread, and on a busy host the caller ran on for a moment (long
+            # enough to COMMIT the very transaction it was meant to freeze inside). A
+            # thread-directed SIGSTOP or SIGKILL still stops or ends the whole process,
+            # and this thread takes it before it returns to Python.
+            signal.pthread_kill(threading.get_ident(), point.signal)
 
 
 def _noop(name: str) -> None:

@@ -26,7 +26,7 @@ MODULE = "tests.worker.jobmods.same_db"
 def _applied(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(applied.c.key, sa.func.count()).group_by(applied.c.key))
-        return Counter(dict(rows.tuples().all()))
+        return Counter({str(row[0]): int(row[1]) for row in rows})
 
 
 def _lost_attempts(engine: sa.Engine) -> int:
