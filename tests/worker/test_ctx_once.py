@@ -316,7 +316,7 @@ def test_an_outage_past_the_retries_snoozes_the_attempt_without_counting_it(
     assert outcome.kind is Kind.SNOOZED
     assert outcome.error is not None
     assert outcome.error.startswith("database unavailable during ctx.once('db:down')")
-    assert 0.5 <= took < 5  # retried for about a lease (1 s), then gave up
+    assert 0.1 <= took < 5  # retried (one try takes milliseconds) for up to a lease (1 s)
     assert calls == []
     _settle(engine, outcome, reg)
     with engine.connect() as conn:
