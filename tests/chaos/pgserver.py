@@ -223,6 +223,11 @@ class PrivatePostgres:
                 raise
         return len(self._hogs)
 
+    def hog(self) -> psycopg.Connection[tuple[object, ...]]:
+        """One of the idle sessions `exhaust` holds (a session to work on while no new
+        one can be opened)."""
+        return self._hogs[0]
+
     def release(self) -> None:
         """Close the idle sessions `exhaust` opened."""
         hogs, self._hogs = self._hogs, []
