@@ -33,6 +33,7 @@ _layout.install()  # a checkout: the root folders are jobdesk.shared, .worker, .
 
 from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many  # noqa: E402
 from jobdesk.shared.core.errors import (  # noqa: E402
+    DatabaseUnavailable,
     PermanentError,
     RetryAfter,
     SchemaMissingError,
@@ -57,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DatabaseUnavailable",
     "NewJob",
     "PermanentError",
     "RateLimit",

@@ -1,8 +1,22 @@
 """What a handler gets besides its payload: `ctx`.
 
 `ctx` tells the handler which job and attempt it is running, gives it a logger bound to
-the job, lets it report progress, and offers `once()` — the effects-ledger helper that
-makes a side effect happen at most once per stable key across retries and crashes.
+the job, lets it report progress, and offers `once()` — the effects ledger's helper:
+
+- `ctx.once(key, fn)` with an `fn` taking one argument calls it with the connection of
+  the transaction that records `key` in the ledger: an effect written to the same
+  database commits together with its ledger row, or not at all — exactly once per key.
+- `ctx.once(key, fn)` with an `fn` taking no argument is for effects outside the
+  database (an email, a POST): the key is reserved and committed first, `fn()` runs,
+  and the key is recorded done right after. At most once per key, except the one
+  repeat a crash (or a database that stays away) between the effect and its record can
+  cause, and that repeat carries the same key-derived id for the receiver to drop.
+
+Jobdesk's own database work here (the ledger, progress) is retried like the runtime's
+(`resilience.retry_db`: jittered backoff on `OperationalError`/`InterfaceError`) for up
+to one lease, within the attempt's deadline; when the database is still unavailable,
+`DatabaseUnavailable` — a `Snooze` — ends the attempt without counting it. Database
+trouble never walks a job towards `dead`; the handler's own failures still do.
 
 `with_outcome(write)` hands the worker a write to make in the transaction that records
 the attempt's outcome (the completer's batch) instead of in a transaction of its own: a
@@ -12,12 +26,13 @@ with the job's new state, or not at all, and costs no round trip or commit of it
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import sqlalchemy as sa
 
@@ -25,15 +40,17 @@ from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.effects import (
     Reservation,
+    check_effect_key,
     complete_effect,
     find_effect,
     release_effect,
     reserve_effect,
 )
-from jobdesk.shared.core.errors import Snooze
+from jobdesk.shared.core.errors import DatabaseUnavailable, Snooze
 from jobdesk.shared.core.transitions import record_progress
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
+from jobdesk.worker.resilience import DB_ERRORS, retry_db
 
 T = TypeVar("T")
 
@@ -44,6 +61,24 @@ OutcomeWrite = Callable[[sa.Connection], None]
 #: reservation of its effect (and how often it looks again while waiting inline).
 EFFECT_WAIT_SECONDS = 2.0
 EFFECT_POLL_SECONDS = 0.05
+
+#: After Jobdesk's own database work failed for a lease: back in the queue this soon.
+DB_SNOOZE_SECONDS = 1.0
+#: Retrying stops this long before the attempt's hard timeout, so the attempt ends
+#: snoozed (not counted) rather than timed out (counted).
+DEADLINE_MARGIN_SECONDS = 1.0
+
+#: What `once()` runs: `fn()` for an outside effect, `fn(conn)` for one in the database.
+Detail = dict[str, Any] | None
+
+
+class _EffectFailed(Exception):
+    """Carries a database error raised by the handler's own `fn(conn)` through the retry
+    loop untouched: a failing statement of the handler's is its failure, not ours."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class JobLogger(logging.LoggerAdapter[logging.Logger]):
@@ -136,60 +171,134 @@ class JobContext:
         when this attempt no longer holds the job (its lease was lost), like every
         other write of a worker that lost its lease."""
         value: dict[str, Any] = {"done": done, "total": total, **extra}
-        ref = JobRef(self.job_id, self.lease_token, self.attempt, self.worker_id)
-        with self.engine.begin() as conn:
-            return record_progress(conn, ref, value)
+        ref = self.ref
+
+        def write() -> bool:
+            with self.engine.begin() as conn:
+                return record_progress(conn, ref, value)
+
+        return self.db_call("ctx.progress", write)
 
     @property
     def ref(self) -> JobRef:
         """This attempt's fencing key (job id + lease token)."""
         return JobRef(self.job_id, self.lease_token, self.attempt, self.worker_id)
 
+    def db_call(self, what: str, work: Callable[[], T]) -> T:
+        """`work()` — Jobdesk's own database work for this attempt (the ledger, progress,
+        the built-in handlers' lookups) — retried on database errors for up to a lease,
+        never past the attempt's deadline; `DatabaseUnavailable` (the attempt ends
+        snoozed, not counted) when the database stayed away. `work` must be safe to
+        run again: one transaction of its own, or reads."""
+        now = time.monotonic()
+        until = now + self.settings.lease_seconds
+        if self.deadline is not None:
+            until = min(until, self.deadline - DEADLINE_MARGIN_SECONDS)
+        try:
+            return retry_db(work, until=until, stop=self.cancelled)
+        except DB_ERRORS as exc:
+            self.log.warning(
+                "database unavailable during %s after %.1fs of retries "
+                "(DatabaseUnavailable: the attempt ends snoozed, not counted)",
+                what,
+                time.monotonic() - now,
+                extra={"action": "ctx_db_unavailable", "what": what},
+            )
+            raise DatabaseUnavailable(what, exc, DB_SNOOZE_SECONDS) from exc
+
     def effect_done(self, key: str) -> dict[str, Any] | None:
         """The stored detail if the effect under `key` already happened, else None."""
-        with self.engine.connect() as conn:
-            return find_effect(conn, key)
+
+        def read() -> dict[str, Any] | None:
+            with self.engine.connect() as conn:
+                return find_effect(conn, key)
+
+        return self.db_call(f"ctx.effect_done({key!r})", read)
 
     def record_effect(self, key: str, detail: dict[str, Any] | None = None) -> bool:
-        """Record the effect under `key` as done (committed at once)."""
+        """Record the effect under `key` as done (committed at once; retried, then
+        `DatabaseUnavailable`)."""
         failpoints.hit(failpoints.BEFORE_RECORD)
-        with self.engine.begin() as conn:
-            return complete_effect(conn, key, self.ref, detail)
+        ref = self.ref
+
+        def write() -> bool:
+            with self.engine.begin() as conn:
+                return complete_effect(conn, key, ref, detail)
+
+        return self.db_call(f"ctx.record_effect({key!r})", write)
 
     def reserve(self, key: str, wait: float = EFFECT_WAIT_SECONDS) -> Reservation:
         """Claim `key` before doing its effect (committed at once): `mine`, `done` (skip)
         or `held` by another attempt that still holds its job — waited for up to `wait`
         seconds, since that attempt is usually about to finish."""
+        ref = self.ref
+
+        def take() -> Reservation:
+            with self.engine.begin() as conn:
+                return reserve_effect(conn, key, ref, now=db_now(conn))
+
         deadline = time.monotonic() + wait
         while True:
-            with self.engine.begin() as conn:
-                reservation = reserve_effect(conn, key, self.ref, now=db_now(conn))
+            reservation = self.db_call(f"ctx.reserve({key!r})", take)
             if not reservation.held or time.monotonic() >= deadline or self.cancelled.is_set():
                 return reservation
             time.sleep(EFFECT_POLL_SECONDS)
 
     def release(self, key: str) -> None:
-        """Give up the reservation of an effect that certainly did not happen."""
-        with self.engine.begin() as conn:
-            release_effect(conn, key, self.ref)
+        """Give up the reservation of an effect that certainly did not happen.
 
-    def once(self, key: str, effect: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
-        """Run `effect()` unless `key` is already in the ledger; returns the stored detail.
-
-        The key is reserved first, so a second job with the same key running at the same
-        moment waits (it is snoozed, no attempt counted) and then finds the effect done.
-        `effect` should carry an id derived from `key` to the outside world, so the one
-        repeat a crash at the worst moment can cause is recognisable there.
+        Called on the way out of a failed effect, so a database that stays away is
+        logged, not raised: the handler's own error is the one that matters, and the
+        reservation passes to the next attempt anyway once this one no longer holds
+        its job.
         """
+        ref = self.ref
+
+        def give_up() -> None:
+            with self.engine.begin() as conn:
+                release_effect(conn, key, ref)
+
+        try:
+            self.db_call(f"ctx.release({key!r})", give_up)
+        except DatabaseUnavailable:
+            self.log.warning(
+                "reservation of effect %s not released (database unavailable); the next "
+                "attempt takes it over",
+                key,
+                extra={"action": "effect_release_failed"},
+            )
+
+    @overload
+    def once(self, key: str, effect: Callable[[], Detail]) -> dict[str, Any]: ...
+
+    @overload
+    def once(self, key: str, effect: Callable[[sa.Connection], Detail]) -> dict[str, Any]: ...
+
+    def once(self, key: str, effect: Callable[..., Detail]) -> dict[str, Any]:
+        """Run `effect` unless `key` is already in the ledger; returns the stored detail
+        (what `effect` returned, or `{}`).
+
+        `effect(conn)` — one required positional parameter — is an effect in this
+        database: it runs inside the transaction that records `key`, and its writes
+        commit together with the ledger row, exactly once per key. Do only database
+        work on `conn` there (the transaction stays open while `effect` runs), neither
+        commit nor roll it back (it is Jobdesk's), and let its errors propagate. If
+        that transaction is lost — at COMMIT too, where nobody can tell whether it
+        committed — it is retried from the ledger: a committed key is found done and
+        `effect` is not run again.
+
+        `effect()` — no parameter — is an effect outside the database: the key is
+        reserved (a second job with the same key running at the same moment waits, is
+        snoozed and then finds it done), `effect()` runs, and the key is recorded done
+        right after. `effect` should carry an id derived from `key` to the outside
+        world, so the one repeat a crash between the effect and its record can cause is
+        recognisable there.
+        """
+        if _takes_connection(effect):
+            return self._once_in_transaction(key, effect)
         reservation = self.reserve(key)
         if reservation.done is not None:
-            self.log.info(
-                "effect %s already done by job %s; skipped",
-                key,
-                reservation.by_job,
-                extra={"action": "effect_skip", "by_job": reservation.by_job},
-            )
-            return reservation.done
+            return self._skipped(key, reservation)
         if reservation.held:
             raise Snooze(
                 EFFECT_WAIT_SECONDS,
@@ -200,5 +309,116 @@ class JobContext:
         except BaseException:
             self.release(key)
             raise
-        self.record_effect(key, detail)
+        self._record_done(key, detail)
         return detail
+
+    def _skipped(self, key: str, reservation: Reservation) -> dict[str, Any]:
+        self.log.info(
+            "effect %s already done by job %s; skipped",
+            key,
+            reservation.by_job,
+            extra={"action": "effect_skip", "by_job": reservation.by_job},
+        )
+        assert reservation.done is not None
+        return reservation.done
+
+    def record_after_effect(self, what: str, write: OutcomeWrite) -> None:
+        """Make `write(conn)` — the record of something this attempt already did outside
+        (an effect marked done, a delivery logged, a destination's health) — in a
+        transaction of its own now, retried like `db_call`. When the database stays
+        away, the write goes with the attempt's outcome instead (`with_outcome`: the
+        completer retries it until it commits): such a record is never given up, or
+        the work would be done again; and the handler's own ending (its result, its
+        error) stays what it was."""
+
+        def now() -> None:
+            with self.engine.begin() as conn:
+                write(conn)
+
+        try:
+            self.db_call(what, now)
+        except DatabaseUnavailable:
+            if self._outcome_writes is None:
+                raise
+            self.log.warning(
+                "%s: database unavailable; written with the attempt's outcome instead",
+                what,
+                extra={"action": "record_deferred", "what": what},
+            )
+            self.with_outcome(write)
+
+    def _record_done(self, key: str, detail: dict[str, Any]) -> None:
+        """Record an outside effect that happened (see `record_after_effect`)."""
+        failpoints.hit(failpoints.BEFORE_RECORD)
+        ref = self.ref
+        self.record_after_effect(
+            f"ctx.once({key!r}) record",
+            lambda conn: _complete_quietly(conn, key, ref, detail),
+        )
+
+    def _once_in_transaction(
+        self, key: str, effect: Callable[[sa.Connection], Detail]
+    ) -> dict[str, Any]:
+        check_effect_key(key)
+        ref = self.ref
+
+        def apply() -> tuple[Reservation, dict[str, Any]]:
+            # The ledger row first: a second transaction with the same key waits on it
+            # (PostgreSQL's unique index; SQLite's write lock) and then finds it done.
+            # After a lost COMMIT this is also where a committed key is found done.
+            with self.engine.begin() as conn:
+                reservation = reserve_effect(conn, key, ref, now=db_now(conn))
+                if not reservation.mine:
+                    return reservation, {}
+                try:
+                    detail = effect(conn) or {}
+                except DB_ERRORS as exc:
+                    if getattr(exc, "connection_invalidated", False):
+                        raise  # the connection died under it: nothing committed, retry
+                    raise _EffectFailed(exc) from None
+                complete_effect(conn, key, ref, detail)
+                return reservation, detail
+
+        wait_until = time.monotonic() + EFFECT_WAIT_SECONDS
+        while True:
+            try:
+                reservation, detail = self.db_call(f"ctx.once({key!r})", apply)
+            except _EffectFailed as failed:
+                error = failed.error
+            else:
+                if reservation.mine:
+                    return detail
+                if reservation.done is not None:
+                    return self._skipped(key, reservation)
+                if time.monotonic() >= wait_until or self.cancelled.is_set():
+                    raise Snooze(
+                        EFFECT_WAIT_SECONDS,
+                        f"effect {key} is being done by job #{reservation.by_job}; waiting for it",
+                    )
+                time.sleep(EFFECT_POLL_SECONDS)
+                continue
+            raise error
+
+
+def _complete_quietly(conn: sa.Connection, key: str, ref: JobRef, detail: dict[str, Any]) -> None:
+    complete_effect(conn, key, ref, detail)
+
+
+def _takes_connection(effect: Callable[..., Any]) -> bool:
+    """True when `effect` has exactly one required positional parameter (the
+    connection), False when it needs none; anything else is refused before any work."""
+    try:
+        parameters = inspect.signature(effect).parameters.values()
+    except (TypeError, ValueError):  # some builtins and C callables have no signature
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.default is p.empty]
+    needed = [p for p in required if p.kind in positional]
+    keyword = [p for p in required if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if len(needed) > 1 or keyword:
+        names = ", ".join(p.name for p in (*needed, *keyword))
+        raise TypeError(
+            f"ctx.once: the effect must take no argument (an outside effect) or one, the "
+            f"connection (an effect in this database); it requires {names}"
+        )
+    return len(needed) == 1

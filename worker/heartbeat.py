@@ -11,6 +11,10 @@ lease is renewed by the next heartbeat.
 
 The renewal also answers which held jobs an operator asked to cancel; each is handed to
 `on_cancel_requested` once (the runner sets `ctx.cancelled` and schedules the hard stop).
+
+Its transaction is bounded (`leases.transaction_bound`, half a lease): should this
+process freeze inside it, the server ends the session and frees the job rows it locked
+long before anyone needs them; no statement of it waits longer for a lock either.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.leases import renew_leases
+from jobdesk.shared.core.db import bound_transaction
+from jobdesk.shared.core.leases import renew_leases, transaction_bound
 from jobdesk.shared.core.worker_registry import heartbeat_worker
+from jobdesk.worker import failpoints
 from jobdesk.worker.executor import Attempt
 from jobdesk.worker.resilience import DB_ERRORS, Backoff, OutageLog
 
@@ -94,6 +100,7 @@ class Heartbeat(threading.Thread):
         stopping: list[int] = []
         busy = 0
         with self._engine.begin() as conn:
+            bound_transaction(conn, transaction_bound(self._lease_seconds))
             # The `workers` row first: it is the one write here that may wait for a lock,
             # and no job row is held yet while it does (completions never queue behind it).
             if not heartbeat_worker(
@@ -108,6 +115,7 @@ class Heartbeat(threading.Thread):
                 kept.update(renewal.busy)  # still ours: renewed next time
                 busy += len(renewal.busy)
                 stopping.extend(renewal.stopping)
+            failpoints.hit(failpoints.IN_RENEW)
         self.beats += 1
         self.skipped += busy
         if busy:

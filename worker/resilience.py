@@ -11,8 +11,10 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import sqlalchemy as sa
 
@@ -24,6 +26,8 @@ DB_ERRORS: tuple[type[BaseException], ...] = (sa.exc.OperationalError, sa.exc.In
 
 INITIAL_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,6 +46,38 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+def retry_db(
+    call: Callable[[], T],
+    *,
+    until: float,
+    stop: threading.Event | None = None,
+    backoff: Backoff | None = None,
+    retryable: Callable[[BaseException], bool] | None = None,
+) -> T:
+    """`call()`, tried again after `DB_ERRORS` with `backoff` delays while the next try
+    can still start before `until` (a `time.monotonic()` value) and `stop` is not set;
+    the last error is raised when the time is up. `retryable` may narrow which of
+    `DB_ERRORS` earn another try.
+
+    For work with a deadline of its own — a handler's attempt — where the runtime's
+    loops (heartbeat, completer) retry until the database is back.
+    """
+    backoff = backoff or Backoff(cap=1.0)
+    while True:
+        try:
+            return call()
+        except DB_ERRORS as exc:
+            if retryable is not None and not retryable(exc):
+                raise
+            delay = backoff.next()
+            if time.monotonic() + delay >= until or (stop is not None and stop.is_set()):
+                raise
+            if stop is not None:
+                stop.wait(delay)
+            else:
+                time.sleep(delay)
 
 
 class OutageLog:

@@ -114,6 +114,7 @@ def worker(
     watchdog found the process frozen (see JOBDESK_WATCHDOG_SECONDS).
     """
     from jobdesk.shared.core.job_types import JobModuleError, load_modules
+    from jobdesk.shared.core.leases import transaction_bound
     from jobdesk.shared.settings import Settings
     from jobdesk.worker import logs
     from jobdesk.worker.config import RESERVED_CONNECTIONS, ConfigError, WorkerConfig
@@ -157,7 +158,13 @@ def worker(
     # D4: the runtime (claims, completer, heartbeat, maintenance) has its own pool, so
     # handlers holding every connection can never starve lease renewal or completion.
     engine = engine_from(
-        ctx, pool_size=RESERVED_CONNECTIONS, application_name="jobdesk-worker", index_plans=True
+        ctx,
+        pool_size=RESERVED_CONNECTIONS,
+        application_name="jobdesk-worker",
+        index_plans=True,
+        # A worker frozen inside one of its transactions frees the rows it holds within
+        # half a lease (the reaper and operators' cancels wait for those rows).
+        idle_in_transaction_seconds=transaction_bound(settings.lease_seconds),
     )
     handler_pool = min(config.total_slots, settings.db_pool_size)
     handler_engine = engine_from(ctx, pool_size=handler_pool, application_name="jobdesk-jobs")

@@ -361,6 +361,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_leases")),
     )
     op.create_table(
+        "jobdesk_cancel_requests",
+        sa.Column(
+            "job_id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=False,
+            nullable=False,
+        ),
+        sa.Column(
+            "requested_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+        ),
+        sa.Column("requested_by", sa.String(length=100), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("job_id", name=op.f("pk_jobdesk_cancel_requests")),
+    )
+    op.create_table(
         "jobdesk_queue_pauses",
         sa.Column("queue", sa.String(length=100), nullable=False),
         sa.Column("paused_by", sa.String(length=100), nullable=False),
@@ -938,6 +953,7 @@ def downgrade() -> None:
     op.drop_table("jobdesk_rate_limits")
     op.drop_table("jobdesk_operators")
     op.drop_table("jobdesk_queue_pauses")
+    op.drop_table("jobdesk_cancel_requests")
     op.drop_table("jobdesk_leases")
     _drop_counting()
     with op.batch_alter_table("jobdesk_jobs", schema=None) as batch_op:

@@ -80,9 +80,14 @@ def make_engine(
     pool_size: int | None = None,
     application_name: str = "jobdesk",
     index_plans: bool = False,
+    idle_in_transaction_seconds: float | None = None,
 ) -> Engine:
     """Create an engine for `url` (default: the configured database URL); `index_plans`
-    for the worker's own statements (see the module)."""
+    for the worker's own statements (see the module). `idle_in_transaction_seconds`
+    (PostgreSQL): a session that leaves a transaction open and idle this long is ended
+    by the server, its locks released — the worker's own engine passes a fraction of
+    the lease (`leases.transaction_bound`), so a frozen worker cannot hold job rows
+    away from the reaper and operators for longer; the default is 10 minutes."""
     settings = settings or Settings.from_env()
     url = url or settings.database_url
     try:
@@ -97,8 +102,16 @@ def make_engine(
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
+        idle_ms = IDLE_IN_TRANSACTION_TIMEOUT_MS
+        if idle_in_transaction_seconds is not None:
+            idle_ms = max(1, int(idle_in_transaction_seconds * 1000))
         return _make_postgresql_engine(
-            parsed, settings, pool_size or settings.db_pool_size, application_name, index_plans
+            parsed,
+            settings,
+            pool_size or settings.db_pool_size,
+            application_name,
+            index_plans,
+            idle_ms,
         )
     raise SettingsError(
         f"JOBDESK_DATABASE_URL: unsupported database {parsed.get_backend_name()!r}; "
@@ -136,6 +149,8 @@ def _make_sqlite_engine(url: str, begin: str) -> Engine:
 
 #: A transaction left open this long by a stuck client is ended by the server.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 600_000
+#: SQLSTATE of "terminating connection due to idle-in-transaction timeout".
+IDLE_SESSION_ENDED = "25P03"
 #: Execution option of an engine whose connections go through PgBouncer.
 POOLED = "jobdesk_pooled"
 #: Execution option of an engine that sets its deadlines per transaction (PgBouncer).
@@ -143,7 +158,12 @@ TRANSACTION_DEADLINES = "jobdesk_transaction_deadlines"
 
 
 def _make_postgresql_engine(
-    url: sa.URL, settings: Settings, pool_size: int, application_name: str, index_plans: bool
+    url: sa.URL,
+    settings: Settings,
+    pool_size: int,
+    application_name: str,
+    index_plans: bool,
+    idle_ms: int,
 ) -> Engine:
     statement_timeout_ms = int(settings.db_statement_timeout_seconds * 1000)
     connect_args: dict[str, Any] = {
@@ -161,12 +181,12 @@ def _make_postgresql_engine(
         execution_options[POOLED] = True
     if per_transaction:
         execution_options[TRANSACTION_DEADLINES] = deadlines_sql(
-            statement_timeout_ms, index_plans=index_plans
+            statement_timeout_ms, index_plans=index_plans, idle_ms=idle_ms
         )
     if not settings.pgbouncer:
         connect_args["options"] = (
             f"-c statement_timeout={statement_timeout_ms}"
-            f" -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+            f" -c idle_in_transaction_session_timeout={idle_ms}"
             + (" -c enable_seqscan=off" if index_plans else "")
         )
     engine = sa.create_engine(
@@ -183,6 +203,7 @@ def _make_postgresql_engine(
         execution_options=execution_options,
     )
     pool_liveness.install(engine)
+    event.listen(engine, "handle_error", _session_ended_is_a_disconnect)
     if per_transaction:
         event.listen(engine, "begin", _set_transaction_deadlines)
     elif settings.pgbouncer:
@@ -190,7 +211,12 @@ def _make_postgresql_engine(
     return engine
 
 
-def deadlines_sql(statement_timeout_ms: int, *, index_plans: bool = False) -> str:
+def deadlines_sql(
+    statement_timeout_ms: int,
+    *,
+    index_plans: bool = False,
+    idle_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS,
+) -> str:
     """One statement setting both timeouts for the current transaction only, and JIT off
     (with `index_plans`, sequential scans off too: see the module).
 
@@ -202,8 +228,42 @@ def deadlines_sql(statement_timeout_ms: int, *, index_plans: bool = False) -> st
     return (
         f"SELECT set_config('statement_timeout', '{int(statement_timeout_ms)}', true), "
         "set_config('idle_in_transaction_session_timeout', "
-        f"'{IDLE_IN_TRANSACTION_TIMEOUT_MS}', true), set_config('jit', 'off', true)"
+        f"'{int(idle_ms)}', true), set_config('jit', 'off', true)"
         + (", set_config('enable_seqscan', 'off', true)" if index_plans else "")
+    )
+
+
+def _session_ended_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseException | None:
+    """`handle_error` hook: the server ending a session left idle in a transaction
+    (`idle_in_transaction_session_timeout`, SQLSTATE 25P03) is a lost connection, like
+    a terminated backend — psycopg reports it as an `InternalError`, which nothing would
+    retry and which would leave the dead connection in the pool. Raised instead as an
+    `OperationalError` with the connection invalidated, it is retried like any outage."""
+    original = context.original_exception
+    if getattr(original, "sqlstate", None) != IDLE_SESSION_ENDED:
+        return None
+    context.is_disconnect = True
+    return sa.exc.OperationalError(
+        context.statement,
+        context.parameters,
+        original,
+        connection_invalidated=True,
+    )
+
+
+def bound_transaction(conn: sa.Connection, seconds: float) -> None:
+    """PostgreSQL: end the current transaction's session if it idles `seconds` (the
+    server ends it and releases its locks) and let none of its statements wait longer
+    than that for a lock — for this transaction only (`SET LOCAL`, fine behind
+    PgBouncer), whatever the engine was configured with. SQLite: nothing (one writer
+    at a time; its busy timeout bounds the waiting)."""
+    if not is_postgresql(conn):
+        return
+    ms = str(max(1, int(seconds * 1000)))
+    conn.exec_driver_sql(
+        "SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true), "
+        "set_config('lock_timeout', %(ms)s, true)",
+        {"ms": ms},
     )
 
 

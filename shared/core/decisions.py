@@ -12,10 +12,19 @@ ones that come from the dashboard, the CLI or a feature acting for an operator:
   types no worker can run are refused, not queued to wait forever;
 - `ignore_dead`: resolve as ignored with a reason;
 - `cancel`: stop queued or retrying jobs from running again;
-- `request_cancel`: ask the worker running a job to stop it (it ends `cancelled`).
+- `request_cancel`: ask the worker running a job to stop it (it ends `cancelled`);
+- `apply_cancel_requests`: the reaper's pass moving requests that found their job's row
+  locked onto the job.
 
 Both keep who, when and why on the job (`cancelled_by`, `cancel_requested_at`,
 `cancel_reason`), so the job's page can say it without reading the audit trail.
+
+A cancel request never waits on a running job's row lock. On PostgreSQL the row is
+taken with `SKIP LOCKED`; a row another transaction holds — a worker frozen inside its
+heartbeat's transaction holds its jobs' rows until the server ends that session, up to
+half a lease — gets its request in `jobdesk_cancel_requests` instead, and the reaper's
+next pass moves it onto the job (or cancels the job outright when it has meanwhile gone
+back to the queue). The operator's answer is the same either way, at once.
 
 Each writes its audit rows in the caller's transaction, so a decision and its record
 commit together. Dead jobs never change state: the decision is on the row.
@@ -35,7 +44,7 @@ from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import cancel_requests, jobs
 from jobdesk.shared.core.states import (
     CANCELLABLE,
     STOPPABLE,
@@ -46,7 +55,18 @@ from jobdesk.shared.core.states import (
 from jobdesk.shared.core.validation import serialize_payload
 from jobdesk.shared.core.worker_registry import runnable_types
 
-__all__ = ["Requeued", "cancel", "ignore_dead", "request_cancel", "requeue_dead", "resolve_dead"]
+__all__ = [
+    "Requeued",
+    "apply_cancel_requests",
+    "cancel",
+    "ignore_dead",
+    "request_cancel",
+    "requeue_dead",
+    "resolve_dead",
+]
+
+#: Parked cancel requests moved onto their jobs per reaper pass.
+CANCEL_REQUEST_BATCH = 500
 
 #: What a retry copies from the dead job to the new one.
 COPIED = (
@@ -203,7 +223,21 @@ def cancel(
     """Stop queued or retrying jobs from running again; returns the ones cancelled."""
     if not job_ids:
         return []
-    cancelled = sorted(
+    cancelled = _cancel_rows(conn, job_ids, actor=actor, reason=reason, asked_at=now, now=now)
+    _audit_cancel(conn, cancelled, actor=actor, reason=reason, now=now, subject=subject)
+    return cancelled
+
+
+def _cancel_rows(
+    conn: sa.Connection,
+    job_ids: Sequence[int],
+    *,
+    actor: str,
+    reason: str,
+    asked_at: datetime,
+    now: datetime,
+) -> list[int]:
+    return sorted(
         conn.execute(
             sa.update(jobs)
             .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
@@ -211,15 +245,13 @@ def cancel(
                 status=JobStatus.CANCELLED.value,
                 finished_at=now,
                 updated_at=now,
-                cancel_requested_at=now,
+                cancel_requested_at=asked_at,
                 cancelled_by=actor,
                 cancel_reason=reason,
             )
             .returning(jobs.c.id)
         ).scalars()
     )
-    _audit_cancel(conn, cancelled, actor=actor, reason=reason, now=now, subject=subject)
-    return cancelled
 
 
 def request_cancel(
@@ -236,24 +268,34 @@ def request_cancel(
     The job stays `running`: its worker reads the request with its next heartbeat, sets
     `ctx.cancelled` and, after the grace, stops the handler hard; the job then ends
     `cancelled`. A job already asked is left as it is (the first request's who and why
-    stay), so a double-submitted form writes one request and one audit row.
+    stay), so a double-submitted form writes one request and one audit row. Never waits
+    on a locked row: see the module.
     """
     if not job_ids:
         return []
+    unasked = (
+        jobs.c.id.in_(list(job_ids)),
+        jobs.c.status.in_(sql_values(STOPPABLE)),
+        jobs.c.cancel_requested_at.is_(None),
+    )
+    free: Any = sa.true()
+    if is_postgresql(conn):
+        lockable = (
+            sa.select(jobs.c.id).where(*unasked).with_for_update(skip_locked=True, key_share=True)
+        )
+        free = jobs.c.id.in_(lockable.scalar_subquery())
     asked = sorted(
         conn.execute(
             sa.update(jobs)
-            .where(
-                jobs.c.id.in_(list(job_ids)),
-                jobs.c.status.in_(sql_values(STOPPABLE)),
-                jobs.c.cancel_requested_at.is_(None),
-            )
+            .where(*unasked, free)
             .values(
                 cancel_requested_at=now, cancelled_by=actor, cancel_reason=reason, updated_at=now
             )
             .returning(jobs.c.id)
         ).scalars()
     )
+    if is_postgresql(conn):
+        asked = sorted(asked + _park(conn, unasked, set(asked), actor, reason, now))
     _audit_cancel(
         conn,
         asked,
@@ -264,6 +306,86 @@ def request_cancel(
         details={"while_running": True},
     )
     return asked
+
+
+def _park(
+    conn: sa.Connection,
+    unasked: tuple[sa.ColumnElement[bool], ...],
+    asked: set[int],
+    actor: str,
+    reason: str,
+    now: datetime,
+) -> list[int]:
+    """Requests for running jobs whose row was locked: into `jobdesk_cancel_requests`
+    (read without a lock; a request already parked is left as it is)."""
+    seen = conn.execute(sa.select(jobs.c.id).where(*unasked)).scalars()
+    locked = [job_id for job_id in seen if job_id not in asked]
+    if not locked:
+        return []
+    statement = (
+        pg.insert(cancel_requests)
+        .values(
+            [
+                {"job_id": job_id, "requested_at": now, "requested_by": actor, "reason": reason}
+                for job_id in locked
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=[cancel_requests.c.job_id])
+        .returning(cancel_requests.c.job_id)
+    )
+    return list(conn.execute(statement).scalars())
+
+
+def apply_cancel_requests(conn: sa.Connection, *, now: datetime) -> list[int]:
+    """Move parked cancel requests onto their jobs (the reaper, before its rescue, so a
+    job whose worker froze ends `cancelled` rather than retried); returns the jobs it
+    changed. A running job gets the request like `request_cancel` gives it; one that
+    went back to the queue meanwhile is cancelled, as its operator asked; requests of
+    finished or deleted jobs are dropped. A row that is still locked keeps its request
+    for the next pass. The request was audited when it was made."""
+    pending = conn.execute(
+        sa.select(cancel_requests)
+        .order_by(cancel_requests.c.requested_at)
+        .limit(CANCEL_REQUEST_BATCH)
+    ).all()
+    changed: list[int] = []
+    done: list[int] = []
+    for request in pending:
+        query = sa.select(jobs.c.status, jobs.c.cancel_requested_at).where(
+            jobs.c.id == request.job_id
+        )
+        if is_postgresql(conn):
+            query = query.with_for_update(skip_locked=True, key_share=True)
+        row = conn.execute(query).first()
+        if row is None:
+            exists = conn.execute(sa.select(jobs.c.id).where(jobs.c.id == request.job_id)).first()
+            if exists is not None:
+                continue  # still locked: next pass
+        elif row.status in sql_values(STOPPABLE) and row.cancel_requested_at is None:
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.id == request.job_id)
+                .values(
+                    cancel_requested_at=request.requested_at,
+                    cancelled_by=request.requested_by,
+                    cancel_reason=request.reason,
+                    updated_at=now,
+                )
+            )
+            changed.append(request.job_id)
+        elif row.status in sql_values(CANCELLABLE):
+            changed += _cancel_rows(
+                conn,
+                [request.job_id],
+                actor=request.requested_by,
+                reason=request.reason,
+                asked_at=request.requested_at,
+                now=now,
+            )
+        done.append(request.job_id)
+    if done:
+        conn.execute(sa.delete(cancel_requests).where(cancel_requests.c.job_id.in_(done)))
+    return changed
 
 
 def _audit_cancel(

@@ -82,3 +82,19 @@ class Snooze(JobdeskError):
         super().__init__(reason or f"snoozed for {seconds:g}s")
         self.seconds = float(seconds)
         self.reason = reason
+
+
+class DatabaseUnavailable(Snooze):
+    """Jobdesk's own database work inside a handler's attempt (`ctx.once`'s ledger,
+    `ctx.progress`, `ctx.reserve`, …) still failed after its retries.
+
+    A `Snooze`: the job goes back to the queue for `seconds` and the attempt is not
+    counted — database trouble is not the handler's failure, and must never walk a job
+    towards `dead`. The reason names what could not be done and the last error.
+    """
+
+    def __init__(self, what: str, error: BaseException, seconds: float) -> None:
+        detail = str(getattr(error, "orig", None) or error).strip().splitlines()
+        cause = f"{type(error).__name__}: {detail[0]}" if detail else type(error).__name__
+        super().__init__(seconds, f"database unavailable during {what} ({cause})")
+        self.what = what

@@ -14,6 +14,9 @@ long, so a row has to stay locked over two heartbeats in a row before its lease 
 risk; a completion holds its rows for milliseconds. Because the heartbeat never waits
 on a job row, it can never be one side of a lock cycle with a completion — which is
 what lets a completion lock its rows in whatever order its plan visits them, at no cost.
+
+The heartbeat's transaction is bounded (`transaction_bound`): a worker frozen inside it
+holds its rows for at most half a lease before the server ends the session.
 """
 
 from __future__ import annotations
@@ -29,9 +32,22 @@ from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 
-__all__ = ["LeaseRenewal", "renew_leases"]
+__all__ = ["LeaseRenewal", "renew_leases", "transaction_bound"]
 
 _RUNNING = JobStatus.RUNNING.value
+
+
+def transaction_bound(lease_seconds: float) -> float:
+    """How long one of the worker's own transactions may sit idle, or wait for a lock,
+    before PostgreSQL ends it: half a lease, at least a second.
+
+    A worker frozen inside a transaction (SIGSTOP, a paused VM, an extension holding the
+    GIL) keeps the rows it locked until its session ends; the heartbeat locks every job
+    its worker holds. With this bound the server ends the frozen session and frees the
+    rows within half a lease, so the reaper rescues those jobs when their lease runs
+    out and an operator's cancel is applied — instead of both waiting for the server's
+    10-minute default."""
+    return max(1.0, lease_seconds / 2)
 
 
 class LeaseRenewal(NamedTuple):

@@ -361,6 +361,21 @@ class Effect(Base):
     )
 
 
+class CancelRequest(Base):
+    """An operator's cancel of a running job whose row was locked at that moment (its
+    worker frozen inside a transaction, or a completion being written): recorded here
+    without waiting on the lock, and moved onto the job (`cancel_requested_at` and who,
+    why) by the reaper's next pass. No foreign key: the row only lives until that pass,
+    which also drops requests whose job is gone."""
+
+    __tablename__ = "jobdesk_cancel_requests"
+
+    job_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    requested_at: Mapped[datetime]
+    requested_by: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
+    reason: Mapped[str] = mapped_column(sa.Text)
+
+
 class Lease(Base):
     """Named leases; `leader` elects the one worker that runs maintenance."""
 
@@ -455,6 +470,7 @@ def install_after_create(
 jobs = table_of(Job)
 job_attempts = table_of(JobAttempt)
 effects = table_of(Effect)
+cancel_requests = table_of(CancelRequest)
 queue_pauses = table_of(QueuePause)
 leases = table_of(Lease)
 workers = table_of(Worker)

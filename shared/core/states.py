@@ -129,6 +129,9 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "rescue_held": (frozenset({_R}), frozenset({_F, _D, _C})),
     "stop_cancelled": (STOPPABLE, frozenset({_C})),
     "cancel": (CANCELLABLE, frozenset({_C})),
+    # A parked cancel request (its row was locked) applied by the reaper: a job back in
+    # the queue by then is cancelled; a running one only gets the request (kept state).
+    "apply_cancel_requests": (CANCELLABLE, frozenset({_C})),
 }
 
 #: Writes that leave a job in its state, by function name → the states they apply to:

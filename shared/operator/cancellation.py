@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core import decisions
 from jobdesk.shared.core.errors import ConflictError, NotFoundError
-from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.models import cancel_requests, jobs
 from jobdesk.shared.core.states import CANCEL_TARGETS, STOPPABLE, JobStatus, sql_values
 from jobdesk.shared.core.validation import check_reason
 from jobdesk.shared.operator.filters import JobFilters
@@ -65,15 +65,18 @@ def _state_words(status: str) -> str:
 
 
 def _already_asked(row: Any) -> bool:
-    return row.status == JobStatus.RUNNING.value and row.cancel_requested_at is not None
+    """A running job with a cancel request on it, or one parked beside it (its row was
+    locked when the request came: `decisions.request_cancel`)."""
+    requested = row.cancel_requested_at is not None or row.parked_at is not None
+    return row.status == JobStatus.RUNNING.value and requested
 
 
 def _describe(row: Any) -> str:
     if _already_asked(row):
-        when = row.cancel_requested_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        when = (row.cancel_requested_at or row.parked_at).strftime("%Y-%m-%d %H:%M:%S UTC")
         return (
-            f"job #{row.id} already has a cancel request by {row.cancelled_by} at {when}; "
-            "its worker is stopping it"
+            f"job #{row.id} already has a cancel request by {row.cancelled_by or row.parked_by}"
+            f" at {when}; its worker is stopping it"
         )
     return (
         f"job #{row.id} is {_state_words(row.status)}; only queued, retrying or running jobs "
@@ -100,8 +103,15 @@ def cancel_job(
             return Cancelled.STOPPING
         row = conn.execute(
             sa.select(
-                jobs.c.id, jobs.c.status, jobs.c.cancel_requested_at, jobs.c.cancelled_by
-            ).where(jobs.c.id == job_id)
+                jobs.c.id,
+                jobs.c.status,
+                jobs.c.cancel_requested_at,
+                jobs.c.cancelled_by,
+                cancel_requests.c.requested_at.label("parked_at"),
+                cancel_requests.c.requested_by.label("parked_by"),
+            )
+            .select_from(jobs.outerjoin(cancel_requests, cancel_requests.c.job_id == jobs.c.id))
+            .where(jobs.c.id == job_id)
         ).one_or_none()
         if row is None:
             raise NotFoundError(f"job #{job_id} does not exist")

@@ -1,5 +1,5 @@
 """`python -m tests.chaos --profile NAME --seed N [--keep]`: one chaos run (NAME: ci,
-pgbouncer, partition, soak or sqlite).
+pgbouncer, partition, dbfaults, soak or sqlite).
 
 Exit status 0 when the checker found nothing wrong and every planned fault happened,
 1 otherwise (the figures and each failure are printed either way). The partition

@@ -12,10 +12,18 @@ unfinished (still queued/failed after the drain), effect applied twice (two effe
 or two distinct ids applied for one event), effect missing, dead unplanned, planted but
 succeeded, completed twice (two `succeeded` attempt rows), attempts over max, attempt
 history inconsistent (two rows for one attempt number).
+
+Across all jobs, the run also fails on doubled effects (a key of `chaos_effects` — the
+same-database effects — with more than one row) and on attempts spent by database
+trouble: an attempt counted against its job (failed, timed out, permanent) whose error
+is a database error out of Jobdesk's own calls. Database errors in a handler's own work
+are raised as `HandlerDatabaseError` by the chaos handlers: those count as the
+handler's failures, as they would in production, and are only reported.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +36,15 @@ from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import chaos_effects, chaos_once
 
 OK_CLASSES = ("succeeded once", "succeeded after a caught duplicate", "dead as planted")
+
+#: Attempt outcomes that count against the job's attempts.
+COUNTED = frozenset({"failed", "timeout", "permanent"})
+#: The first line of an attempt's error when a database error ended it.
+DATABASE_ERROR = re.compile(
+    r"^(OperationalError|InterfaceError|InternalError|DatabaseError|DBAPIError|"
+    r"PendingRollbackError|DatabaseUnavailable|TimeoutError: QueuePool)\b"
+)
+HANDLER_DATABASE_ERROR = "HandlerDatabaseError"
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,12 @@ class Verdict:
     examples: defaultdict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     lost_attempts: int = 0
     attempts_total: int = 0
+    db_attempts: int = 0
+    """Attempts spent by database trouble in Jobdesk's own calls (must be 0)."""
+    handler_db_attempts: int = 0
+    """Attempts the handlers' own database work failed (their failures; reported)."""
+    doubled_effects: int = 0
+    """Same-database effect keys applied more than once (must be 0)."""
 
     @property
     def passed(self) -> bool:
@@ -58,9 +81,16 @@ class Verdict:
             self.examples[job_class].append(detail)
 
 
-def _rows(
-    engine: sa.Engine,
-) -> tuple[dict[int, Any], dict[int, Counter[str]], set[tuple[int, int]]]:
+@dataclass
+class AttemptRows:
+    outcomes: dict[int, Counter[str]]
+    duplicates: set[tuple[int, int]]
+    database: list[str]
+    """`job <id> attempt <n>: <first line>` of attempts database trouble spent."""
+    handler_database: int
+
+
+def _rows(engine: sa.Engine) -> tuple[dict[int, Any], AttemptRows]:
     with engine.connect() as conn:
         job_rows = {
             row.id: row
@@ -75,17 +105,26 @@ def _rows(
                 )
             )
         }
-        outcomes: dict[int, Counter[str]] = defaultdict(Counter)
+        rows = AttemptRows(defaultdict(Counter), set(), [], 0)
         seen: set[tuple[int, int]] = set()
-        duplicates: set[tuple[int, int]] = set()
-        for job_id, attempt, outcome in conn.execute(
-            sa.select(job_attempts.c.job_id, job_attempts.c.attempt, job_attempts.c.outcome)
+        for job_id, attempt, outcome, error in conn.execute(
+            sa.select(
+                job_attempts.c.job_id,
+                job_attempts.c.attempt,
+                job_attempts.c.outcome,
+                job_attempts.c.error,
+            )
         ):
-            outcomes[job_id][outcome] += 1
+            rows.outcomes[job_id][outcome] += 1
             if (job_id, attempt) in seen:
-                duplicates.add((job_id, attempt))
+                rows.duplicates.add((job_id, attempt))
             seen.add((job_id, attempt))
-    return job_rows, outcomes, duplicates
+            first = (error or "").split("\n", 1)[0]
+            if outcome in COUNTED and first.startswith(HANDLER_DATABASE_ERROR):
+                rows.handler_database += 1
+            elif outcome in COUNTED and DATABASE_ERROR.match(first):
+                rows.database.append(f"job {job_id} attempt {attempt}: {first[:160]}")
+    return job_rows, rows
 
 
 def _effects(engine: sa.Engine) -> tuple[Counter[str], dict[str, int]]:
@@ -103,7 +142,8 @@ def check(
     sink: SmtpSink,
 ) -> Verdict:
     verdict = Verdict()
-    job_rows, outcomes, duplicate_attempts = _rows(engine)
+    job_rows, attempt_rows = _rows(engine)
+    outcomes, duplicate_attempts = attempt_rows.outcomes, attempt_rows.duplicates
     effect_rows, once_rows = _effects(engine)
     smtp = sink.handler
     for item in planned:
@@ -149,8 +189,16 @@ def check(
     for job_id, attempt in sorted(duplicate_attempts)[:5]:
         verdict.bad("attempt history inconsistent", f"job {job_id}: two rows for attempt {attempt}")
     doubled = [key for key, n in effect_rows.items() if n > 1]
+    verdict.doubled_effects = len(doubled)
     if doubled and not verdict.classes["effect applied twice"]:
         verdict.bad("effect applied twice", f"effect rows doubled for keys {doubled[:5]}")
+    verdict.db_attempts = len(attempt_rows.database)
+    verdict.handler_db_attempts = attempt_rows.handler_database
+    if attempt_rows.database:
+        verdict.failures.append(
+            f"{len(attempt_rows.database)} attempt(s) spent by database trouble in Jobdesk's "
+            "own calls: " + "; ".join(attempt_rows.database[:5])
+        )
     if receiver.bad_signatures:
         verdict.failures.append(f"webhooks with a bad signature: {dict(receiver.bad_signatures)}")
     for job_class, count in verdict.classes.items():
@@ -170,8 +218,10 @@ def _effect_of(
 ) -> tuple[int, int, bool]:
     """(times applied, times delivered, known duplicate) for the job's logical effect."""
     key = item.key
-    if item.job_type == "chaos.effect":
+    if item.job_type in ("chaos.effect", "chaos.once_db"):
         return effect_rows[key], effect_rows[key], False
+    if item.job_type == "chaos.abort":
+        return 0, 0, False
     if item.job_type == "chaos.once":
         delivered = once_rows.get(key, 0)
         return min(delivered, 1), delivered, False

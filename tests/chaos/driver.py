@@ -49,6 +49,7 @@ from jobdesk.shared.core.states import ACTIVE, sql_values
 from jobdesk.shared.migrate import upgrade
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.webhooks.endpoints import add_endpoint
+from jobdesk.worker.failpoints import IN_RENEW
 from jobdesk.worker.failpoints import NAMES as FAILPOINT_NAMES
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
@@ -58,7 +59,7 @@ from tests.chaos.partitions import Partitions, running_jobs
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
-from tests.chaos.tables import MAX_ATTEMPTS, metadata
+from tests.chaos.tables import ABORTS, MAX_ATTEMPTS, metadata
 from tests.pgbouncer import PgBouncer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +130,8 @@ class ChaosRun:
         self.marks: dict[str, float] = {}
         self._enqueue_done = threading.Event()
         self._abort = threading.Event()
+        self._admin: Any = None  # the termination loop's own session
+        self._loop_terminated = 0
 
     # ================================================================== set-up
     def _log(self, message: str) -> None:
@@ -148,7 +151,8 @@ class ChaosRun:
         self.sink = SmtpSink(bind)
         if self.profile.backend == "postgresql":
             network = (DB_ADDRESS, SUBNET) if self.lab is not None else None
-            self.pg = PrivatePostgres(network=network).setup()
+            settings = {"max_connections": str(self.profile.max_connections)}
+            self.pg = PrivatePostgres(network=network, settings=settings).setup()
             url = self.pg.url
             if self.lab is not None:
                 self._setup_partitions(self.lab, self.pg)
@@ -246,33 +250,43 @@ class ChaosRun:
         key = f"chaos-{self.seed}-{index}"
         ms = rng.randint(5, 150)
         pick = rng.random()
-        if pick < 0.40:
+        attempts = MAX_ATTEMPTS
+        if pick < 0.30:
             dies = rng.random() < 0.03
             group = f"g{rng.randint(0, 9)}" if rng.random() < 0.2 else None
             payload: dict[str, Any] = {"key": key, "ms": ms, "die": dies}
             spec = NewJob("chaos.effect", payload, group_key=group)
-        elif pick < 0.55:
+        elif pick < 0.45:
+            dies = rng.random() < 0.02
+            spec = NewJob("chaos.once_db", {"key": key, "ms": ms, "die": dies})
+        elif pick < 0.57:
             dies = rng.random() < 0.02
             spec = NewJob("chaos.once", {"key": key, "ms": ms, "die": dies})
-        elif pick < 0.75:
+        elif pick < 0.74:
             dies = False
             spec = NewJob(
                 "email.send",
                 {"to": f"c{index}@example.com", "template": "chaos", "event_id": key},
             )
-        else:
+        elif pick < 0.985:
             dies = rng.random() < 0.03
             endpoint = "reject" if dies else "sink"
             spec = NewJob(
                 "webhook.deliver",
                 {"endpoint": endpoint, "event": "chaos.event", "data": {"key": key}},
             )
+        else:
+            # SystemExit, KeyboardInterrupt or an unprintable exception: every attempt
+            # fails, so with two attempts the job must end dead (never stuck running).
+            dies, attempts = True, 2
+            how = rng.choice(ABORTS)
+            spec = NewJob("chaos.abort", {"key": key, "ms": ms, "how": how})
         spec = NewJob(
             spec.job_type,
             spec.payload,
             group_key=spec.group_key,
             idempotency_key=key,
-            max_attempts=MAX_ATTEMPTS,
+            max_attempts=attempts,
         )
         return spec, dies
 
@@ -336,6 +350,14 @@ class ChaosRun:
                 ["slow", "failing", "resetting"] if target == "webhook" else ["tempfail", "drop"]
             )
             events.append(Event(start + rng.uniform(1, usable), "receiver", (target, mode)))
+        # Connection exhaustion early in the window, the termination loop later: one at a
+        # time, so the loop can reach the server and each recovery is measured alone.
+        for n in range(p.exhaustions):
+            at = start + window * (0.1 + 0.4 * n / max(1, p.exhaustions))
+            events.append(Event(at, "exhaust"))
+        for n in range(p.termination_loops):
+            at = start + window * (0.55 + 0.4 * n / max(1, p.termination_loops))
+            events.append(Event(at, "terminate_loop"))
         if self.partitions is not None:
             for at, kind, arg in self.partitions.schedule(start, window):
                 events.append(Event(at, kind, arg))
@@ -343,7 +365,10 @@ class ChaosRun:
         return events
 
     def _arming(self) -> str | None:
-        name = self.rng.choice(sorted(FAILPOINT_NAMES))
+        # Not `in_renew`: it is hit by every heartbeat, work or not, so an armed worker
+        # would crash seconds after each start (often still starting when the window
+        # closes and it is asked to stop); `tests/worker/test_frozen_heartbeat.py` uses it.
+        name = self.rng.choice(sorted(FAILPOINT_NAMES - {IN_RENEW}))
         return f"{name}:#{self.rng.randint(1, 4)}"
 
     def _want_armed(self, index: int) -> bool:
@@ -420,6 +445,8 @@ class ChaosRun:
                 faults["backends terminated"] += 1
             else:
                 heapq.heappush(events, Event(now + 0.5, "terminate"))
+        elif event.kind in ("exhaust", "exhaust_end", "terminate_loop", "terminate_tick"):
+            self._database_fault(event, events, now)
         elif event.kind in ("degrade", "restore", "cut", "heal", "stranded"):
             self._partition(event, events, now)
         elif event.kind == "receiver":
@@ -479,6 +506,57 @@ class ChaosRun:
             parts.heal(event.arg)
             parts.sample_skews(engine, fleet)
             self._log(f"host {event.arg.host}: healed")
+
+    def _database_fault(self, event: Event, events: list[Event], now: float) -> None:
+        """Connection exhaustion and the backend-termination loop (see `profiles`)."""
+        pg, p, faults = self.pg, self.profile, self.figures.faults
+        assert pg is not None
+        if event.kind == "exhaust":
+            if pg.paused:
+                heapq.heappush(events, Event(now + 1.0, "exhaust"))
+                return
+            # Not an outage measured for recovery: the database stays up, and the workers'
+            # throughput is the enqueue rate before and after (nothing to catch up).
+            # Every slot taken, then the workers' sessions ended and their slots taken
+            # too: for the window, no worker can open a connection.
+            pg.exhaust()
+            ended = pg.terminate_backends(pg.hog())
+            held = pg.exhaust()
+            faults["connection exhaustion"] += 1
+            self._log(
+                f"max_connections exhausted: {held} idle sessions for {p.exhaustion_seconds}s "
+                f"({ended} worker sessions ended first)"
+            )
+            heapq.heappush(events, Event(now + p.exhaustion_seconds, "exhaust_end"))
+        elif event.kind == "exhaust_end":
+            pg.release()
+            pg.wait_accepting()
+            self._log("connection slots free again")
+        elif event.kind == "terminate_loop":
+            if pg.paused:
+                heapq.heappush(events, Event(now + 1.0, "terminate_loop"))
+                return
+            self._admin = pg.admin_connection()
+            self._loop_terminated = 0
+            faults["backend termination loop"] += 1
+            self._log(
+                f"terminating every worker backend every {p.termination_period}s for "
+                f"{p.termination_loop_seconds}s"
+            )
+            ends = now + p.termination_loop_seconds
+            heapq.heappush(events, Event(now, "terminate_tick", ends))
+        elif event.kind == "terminate_tick":
+            ends = event.arg
+            if now < ends:
+                with contextlib.suppress(psycopg.Error):
+                    self._loop_terminated += pg.terminate_backends(self._admin)
+                heapq.heappush(
+                    events, Event(now + p.termination_period, "terminate_tick", event.arg)
+                )
+                return
+            with contextlib.suppress(psycopg.Error):
+                self._admin.close()
+            self._log(f"termination loop over: {self._loop_terminated} sessions terminated")
 
     def _outage(self, kind: str, events: list[Event], now: float) -> None:
         assert self.pg is not None
@@ -638,6 +716,11 @@ class ChaosRun:
             ),
             "database paused": (faults["database paused"], p.pauses),
             "backends terminated": (faults["backends terminated"], p.terminations),
+            "connection exhaustion": (faults["connection exhaustion"], p.exhaustions),
+            "backend termination loop": (
+                faults["backend termination loop"],
+                p.termination_loops,
+            ),
             "partition: link down": (faults["partition: link down"], p.cuts),
             "partition: one-way": (
                 sum(n for k, n in faults.items() if k.startswith("partition: drop")),
@@ -742,6 +825,11 @@ class ChaosRun:
         stuck = verdict.classes["stuck running"] + verdict.classes["unfinished"]
         double = verdict.classes["effect applied twice"] + verdict.classes["completed twice"]
         lines.append(f"lost: {lost}  stuck: {stuck}  applied twice: {double}")
+        lines.append(
+            f"doubled same-database effects: {verdict.doubled_effects}  attempts spent by "
+            f"database trouble: {verdict.db_attempts} (handlers' own database work failed "
+            f"{verdict.handler_db_attempts})"
+        )
         lines.append(
             "throughput (jobs/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fig.rates.items())
         )

@@ -3,7 +3,8 @@
 Other work shares the machine's cluster on port 5432; it is never touched. This module
 `initdb`s a throw-away data directory, starts a postmaster on a free port with its own
 socket directory, and offers the faults: fast restart, immediate stop + start, SIGSTOP
-of the postmaster and every backend (a frozen database host), `pg_terminate_backend`.
+of the postmaster and every backend (a frozen database host), `pg_terminate_backend`,
+and every connection slot taken by idle sessions (`exhaust`/`release`).
 `teardown()` stops it and deletes the directory; it is registered with `atexit` so a
 crashed driver does not leave a postmaster behind.
 """
@@ -33,6 +34,8 @@ DATABASE = "chaos"
 #: The driver's own sessions carry this name so terminating "the workers' backends"
 #: never cuts the driver's enqueue or check connections.
 DRIVER_APP = "chaos-driver"
+#: The idle sessions that exhaust `max_connections`.
+HOG_APP = "chaos-hog"
 
 
 def _bin_dir() -> Path:
@@ -67,6 +70,7 @@ class PrivatePostgres:
         self.log = self.root / "postgres.log"
         self._as_postgres = os.geteuid() == 0
         self._paused: list[int] = []
+        self._hogs: list[psycopg.Connection[tuple[object, ...]]] = []
         self._torn_down = False
         if self._as_postgres:
             entry = pwd.getpwnam("postgres")
@@ -92,10 +96,10 @@ class PrivatePostgres:
     def url_at(self, host: str, port: int | None = None) -> str:
         return f"postgresql+psycopg://postgres@{host}:{port or self.port}/{DATABASE}"
 
-    def _dsn(self, database: str = DATABASE) -> str:
+    def _dsn(self, database: str = DATABASE, app: str = DRIVER_APP) -> str:
         return (
             f"host=127.0.0.1 port={self.port} user=postgres dbname={database} "
-            f"application_name={DRIVER_APP} connect_timeout=2"
+            f"application_name={app} connect_timeout=2"
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -111,10 +115,11 @@ class PrivatePostgres:
 
     def _options(self) -> str:
         listen = "127.0.0.1" + (f",{self.network[0]}" if self.network else "")
+        settings = {"max_connections": "300", **self.settings}
         return (
             f"-p {self.port} -k {self.root} -c listen_addresses={listen} -c fsync=on "
-            "-c max_connections=300 -c shared_buffers=32MB"
-        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
+            "-c shared_buffers=32MB"
+        ) + "".join(f" -c {name}={value}" for name, value in settings.items())
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
@@ -188,22 +193,54 @@ class PrivatePostgres:
                 os.kill(pid, signal.SIGCONT)
         self._paused = []
 
-    def terminate_backends(self) -> int:
-        """`pg_terminate_backend` every client session except the driver's own."""
-        with psycopg.connect(self._dsn(), autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
-                "AND coalesce(application_name, '') <> %s",
-                (DRIVER_APP,),
-            ).fetchone()
+    def terminate_backends(self, conn: psycopg.Connection[tuple[object, ...]] | None = None) -> int:
+        """`pg_terminate_backend` every client session except the driver's own (and
+        the idle sessions exhausting the server); on `conn` when given."""
+        if conn is None:
+            with psycopg.connect(self._dsn(), autocommit=True) as own:
+                return self.terminate_backends(own)
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
+            "AND coalesce(application_name, '') NOT IN (%s, %s)",
+            (DRIVER_APP, HOG_APP),
+        ).fetchone()
         return int(row[0]) if row else 0
+
+    def admin_connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A session of the driver's own (never terminated by the faults)."""
+        return psycopg.connect(self._dsn(), autocommit=True)
+
+    def exhaust(self, limit: int = 2000) -> int:
+        """Open idle sessions until the server refuses one (every slot taken, the
+        superuser reserve too); returns how many are held."""
+        while len(self._hogs) < limit:
+            try:
+                self._hogs.append(psycopg.connect(self._dsn(app=HOG_APP), autocommit=True))
+            except psycopg.OperationalError as exc:
+                if "too many clients" in str(exc) or "remaining connection slots" in str(exc):
+                    return len(self._hogs)
+                raise
+        return len(self._hogs)
+
+    def hog(self) -> psycopg.Connection[tuple[object, ...]]:
+        """One of the idle sessions `exhaust` holds (a session to work on while no new
+        one can be opened)."""
+        return self._hogs[0]
+
+    def release(self) -> None:
+        """Close the idle sessions `exhaust` opened."""
+        hogs, self._hogs = self._hogs, []
+        for conn in hogs:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def teardown(self) -> None:
         if self._torn_down:
             return
         self._torn_down = True
         self.resume()
+        self.release()
         if (self.data / "postmaster.pid").exists():
             with contextlib.suppress(Exception):
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop",

@@ -5,6 +5,12 @@ faults, the fault window, and an `after` window without faults; then it waits up
 `drain` seconds for every job to reach a final state. The fault counts are minimums:
 the checker fails the run when fewer happened than planned.
 
+`exhaustions` windows fill the server's `max_connections` with idle sessions (new
+connections are refused; open ones keep working); `termination_loops` windows end every
+worker backend every `termination_period` seconds (`pg_terminate_backend`). Neither
+may cost a job an attempt: Jobdesk's own database calls inside handlers are retried and
+at worst snooze the attempt.
+
 `hosts` > 0 puts one worker on each of that many network-namespace hosts
 (`tests.chaos.netlab`, root and the `ip`/`nft` tools needed) and enables the partition
 faults of `tests.chaos.partitions`: link-down `cuts`, `one_way_cuts`, hosts with a
@@ -49,6 +55,13 @@ class Profile:
     """Seconds the whole run (set-up to verdict) may take; over it is a failure."""
     via_pgbouncer: bool = False
     """Workers connect through a private PgBouncer in transaction pooling mode."""
+    exhaustions: int = 0
+    exhaustion_seconds: float = 8.0
+    termination_loops: int = 0
+    termination_loop_seconds: float = 8.0
+    termination_period: float = 0.5
+    max_connections: int = 300
+    """The private server's `max_connections` (small where it is to be exhausted)."""
 
     @property
     def duration(self) -> float:
@@ -71,6 +84,8 @@ class Profile:
             + self.receiver_faults
             + self.cuts
             + self.one_way_cuts
+            + self.exhaustions
+            + self.termination_loops
         )
 
 
@@ -161,6 +176,32 @@ PROFILES: dict[str, Profile] = {
         one_way_cuts=2,
         degraded_hosts=1,
         skewed_hosts=1,
+        drain=30.0,
+        budget=120.0,
+    ),
+    # The database misbehaving under handlers that apply effects: every connection slot
+    # taken by idle sessions for a while (the workers' own sessions ended first, so none
+    # can reconnect), then every worker backend terminated twice a second for a while.
+    # Nothing lost, stuck or doubled, and no attempt spent by it. Run by .ci/run after
+    # the others: about 1.5 minutes.
+    "dbfaults": Profile(
+        name="dbfaults",
+        backend="postgresql",
+        jobs=600,
+        rate=10.0,
+        workers=3,
+        concurrency=4,
+        baseline=12.0,
+        after=12.0,
+        kills=0,
+        failpoint_crashes=0,
+        armed_slots=0,
+        stops=0,
+        exhaustions=1,
+        exhaustion_seconds=10.0,
+        termination_loops=1,
+        termination_loop_seconds=10.0,
+        max_connections=100,
         drain=30.0,
         budget=120.0,
     ),

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 
 MAX_ATTEMPTS = 25
 QUEUE = "chaos"
+#: How a `chaos.abort` handler ends its attempts.
+ABORTS = ("system_exit", "keyboard_interrupt", "unprintable")
 
 metadata = sa.MetaData()
 chaos_effects = sa.Table(

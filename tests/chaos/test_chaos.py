@@ -4,9 +4,9 @@
   proves nothing): synthetic lost, stuck, doubly applied and unplanned-dead jobs on
   both databases.
 - Failpoints: off by default, parsed strictly, and a hit really SIGKILLs the process.
-- A whole chaos run (`JOBDESK_CHAOS=ci|partition|sqlite|soak`, seed `JOBDESK_CHAOS_SEED`) — opt-in,
-  because `.ci/run` runs the CI and SQLite profiles as their own step
-  (`python -m tests.chaos`), after the main suite.
+- A whole chaos run (`JOBDESK_CHAOS=ci|partition|sqlite|dbfaults|soak`, seed
+  `JOBDESK_CHAOS_SEED`) — opt-in, because `.ci/run` runs the profiles as their own
+  step (`python -m tests.chaos`), after the main suite.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from tests.chaos.tables import chaos_effects, chaos_once, metadata
 from tests.factories import make_job
 
 
-def _attempt(conn: sa.Connection, job_id: int, attempt: int, outcome: str) -> None:
+def _attempt(
+    conn: sa.Connection, job_id: int, attempt: int, outcome: str, error: str | None = None
+) -> None:
     conn.execute(
         sa.insert(job_attempts).values(
-            job_id=job_id, attempt=attempt, worker_id="w", outcome=outcome
+            job_id=job_id, attempt=attempt, worker_id="w", outcome=outcome, error=error
         )
     )
 
@@ -136,6 +138,62 @@ def test_checker_counts_webhook_ids_and_message_ids_per_event(
     }
 
 
+def test_checker_fails_doubled_effects_and_attempts_spent_by_database_trouble(
+    engine: sa.Engine, outside: tuple[WebhookReceiver, SmtpSink]
+) -> None:
+    """A same-database effect applied twice, and an attempt a database error in
+    Jobdesk's own calls spent, each fail the run; a database error in the handler's own
+    work is the handler's failure (reported, not failed); handlers that end in
+    SystemExit & co. must end dead, never stuck."""
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    receiver, sink = outside
+    with engine.begin() as conn:
+        once_db = make_job(conn, job_type="chaos.once_db", status="succeeded", attempts=2)
+        burned = make_job(conn, job_type="chaos.once", status="succeeded", attempts=2)
+        own = make_job(conn, job_type="chaos.effect", status="succeeded", attempts=2)
+        aborted = make_job(conn, job_type="chaos.abort", status="dead", attempts=2)
+        stuck = make_job(conn, job_type="chaos.abort", status="running", attempts=1)
+        for job_id in (once_db, burned, own):
+            _attempt(conn, job_id, 2, "succeeded")
+        _attempt(conn, once_db, 1, "lost")
+        _attempt(conn, burned, 1, "failed", "OperationalError: (psycopg.OperationalError) x")
+        _attempt(conn, own, 1, "failed", "HandlerDatabaseError: OperationalError: x")
+        _attempt(conn, aborted, 1, "failed", "SystemExit: 2")
+        _attempt(conn, aborted, 2, "failed", "SystemExit: 2")
+        conn.execute(
+            sa.insert(chaos_effects),
+            [
+                {"key": key, "job_id": 0, "attempt": 1, "worker": "w"}
+                for key in ("k-db", "k-db", "k-own")
+            ],
+        )
+        conn.execute(sa.insert(chaos_once).values(key="k-burned", deliveries=1))
+    verdict = check(
+        engine,
+        [
+            Planned("k-db", once_db, "chaos.once_db", dies=False),
+            Planned("k-burned", burned, "chaos.once", dies=False),
+            Planned("k-own", own, "chaos.effect", dies=False),
+            Planned("k-aborted", aborted, "chaos.abort", dies=True),
+            Planned("k-stuck", stuck, "chaos.abort", dies=True),
+        ],
+        receiver,
+        sink,
+    )
+    assert dict(verdict.classes) == {
+        "effect applied twice": 1,
+        "succeeded once": 2,
+        "dead as planted": 1,
+        "stuck running": 1,
+    }
+    assert verdict.doubled_effects == 1
+    assert verdict.db_attempts == 1
+    assert verdict.handler_db_attempts == 1
+    assert any("1 attempt(s) spent by database trouble" in f for f in verdict.failures)
+    assert len(verdict.failures) == 3
+
+
 def test_failpoints_are_off_unless_configured() -> None:
     if os.environ.get(failpoints.ENV):
         pytest.skip("failpoints armed in this environment")
@@ -156,6 +214,12 @@ def test_failpoints_are_off_unless_configured() -> None:
 def test_failpoint_spec_errors_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(failpoints.FailpointSpecError, match=re.escape(message)):
         failpoints.parse(spec)
+
+
+def test_failpoint_spec_can_freeze_instead_of_kill() -> None:
+    points = failpoints.parse("in_renew:stop:#3, after_claim:0.5")
+    assert points["in_renew"] == failpoints.Point(0.0, 3, signal.SIGSTOP)
+    assert points["after_claim"] == failpoints.Point(0.5, 0, signal.SIGKILL)
 
 
 def test_failpoint_fires_on_the_nth_hit_with_sigkill() -> None:
@@ -185,7 +249,8 @@ def test_chaos_profile() -> None:
     name = os.environ.get("JOBDESK_CHAOS", "")
     if not name:
         pytest.skip(
-            "set JOBDESK_CHAOS=ci|pgbouncer|partition|sqlite|soak to run a whole chaos run here"
+            "set JOBDESK_CHAOS=ci|pgbouncer|partition|sqlite|dbfaults|soak to run a whole "
+            "chaos run here"
         )
     profile = PROFILES[name]
     if profile.hosts and (reason := partition_unavailable(profile)):

@@ -30,6 +30,8 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
+import sqlalchemy as sa
+
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.effects import complete_effect, find_effect
 from jobdesk.shared.core.errors import PermanentError, Snooze
@@ -177,14 +179,21 @@ def _record_outcome(
     error: str | None = None,
     effect: tuple[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Breaker health and (after a 250) the effect record, in one transaction."""
+    """Breaker health and (after a 250) the effect record, in one transaction — made
+    even when the database is away for a while (`ctx.record_after_effect`): the mail
+    server's answer already happened."""
     if error is None and healthy and effect is None:
         return
     now = clock()
-    with ctx.engine.begin() as conn:
+    ref = ctx.ref
+
+    def write(conn: sa.Connection) -> None:
         record_health(conn, key, now, cfg, error=error, was_healthy=healthy)
         if effect is not None:
-            complete_effect(conn, effect[0], ctx.ref, effect[1])
+            complete_effect(conn, effect[0], ref, effect[1])
+
+    what = "email.send record" if effect is not None else "email.send breaker health"
+    ctx.record_after_effect(what, write)
 
 
 def _already_sent(
@@ -206,13 +215,16 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     assert template_name is not None
     event_id = _text_field(payload, "event_id", required=False)
     address, identity, base_context = _recipient(payload)
-    with ctx.engine.connect() as conn:
-        origin = 0
-        if not ctx.idempotency_key and event_id is None:
-            origin = delivery_origin(conn, ctx.job_id).job_id
-        key = dedup_key(ctx, identity, template_name, event_id, origin)
-        done = find_effect(conn, key)
-        clock = DbTime(db_now(conn))
+
+    def look_up() -> tuple[str, dict[str, Any] | None, DbTime]:
+        with ctx.engine.connect() as conn:
+            origin = 0
+            if not ctx.idempotency_key and event_id is None:
+                origin = delivery_origin(conn, ctx.job_id).job_id
+            key = dedup_key(ctx, identity, template_name, event_id, origin)
+            return key, find_effect(conn, key), DbTime(db_now(conn))
+
+    key, done, clock = ctx.db_call("email.send lookups", look_up)
     if done is not None:
         return _already_sent(ctx, key, done, None)
 
@@ -234,9 +246,13 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         provider = _provider(cfg)
     except MailConfigError as exc:
         raise RuntimeError(str(exc)) from None
-    with ctx.engine.connect() as conn:
-        breaker = breaker_state(conn, provider.key, clock())
-    healthy = pass_guards(ctx.engine, breaker=breaker, limit=cfg.smtp_rate_limit, now=clock())
+
+    def guards() -> bool:
+        with ctx.engine.connect() as conn:
+            breaker = breaker_state(conn, provider.key, clock())
+        return pass_guards(ctx.engine, breaker=breaker, limit=cfg.smtp_rate_limit, now=clock())
+
+    healthy = ctx.db_call("email.send guards", guards)
     # Reserve the key before sending: a second job with the same key (the double-clicked
     # sign-up) waits for this one instead of sending too (B16).
     reservation = ctx.reserve(key)

@@ -50,7 +50,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.db import is_postgresql, sets_deadlines_per_transaction
-from jobdesk.shared.core.effects import release_effect
+from jobdesk.shared.core.effects import Reservation, release_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
 from jobdesk.shared.limits.breakers import BreakerView
@@ -62,7 +62,7 @@ from jobdesk.shared.webhooks.deliveries import (
     record_delivery,
 )
 from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint
-from jobdesk.shared.webhooks.preflight import preflight
+from jobdesk.shared.webhooks.preflight import Preflight, preflight
 from jobdesk.shared.webhooks.signing import signed_headers
 from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
 from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
@@ -186,15 +186,19 @@ class Delivery:
         if failure is None and disable_reason is None and self.healthy and not release:
             self.ctx.with_outcome(delivery_writer(engine, **row))
             return
-        with engine.begin() as conn:
+        ref, healthy = self.ctx.ref, self.healthy
+
+        def write(conn: sa.Connection) -> None:
             record_delivery(conn, **row)
-            record_health(
-                conn, self.breaker_key, now, self.cfg, error=failure, was_healthy=self.healthy
-            )
+            record_health(conn, self.breaker_key, now, self.cfg, error=failure, was_healthy=healthy)
             if disable_reason is not None:
                 disable_endpoint(conn, self.endpoint.name, reason=disable_reason, now=now)
             if release:
-                release_effect(conn, self.key, self.ctx.ref)
+                release_effect(conn, self.key, ref)
+
+        # The request happened (or certainly did not): its record is made even when the
+        # database is away for a while, with the attempt's outcome at the latest.
+        self.ctx.record_after_effect("webhook.deliver delivery log", write)
 
 
 @contextmanager
@@ -220,11 +224,14 @@ def _hold_or_pass(delivery: Delivery, breaker: BreakerView) -> None:
         if endpoint.paused_until is not None:
             wait = min(wait, max((endpoint.paused_until - now).total_seconds(), 0.0))
         raise Snooze(wait, f"endpoint {endpoint.name} is paused: {endpoint.paused_reason or ''}")
-    delivery.healthy = pass_guards(
-        delivery.ctx.engine,
-        breaker=breaker,
-        limit=delivery.cfg.webhook_rate_limit(endpoint.name),
-        now=now,
+    delivery.healthy = delivery.ctx.db_call(
+        "webhook.deliver guards",
+        lambda: pass_guards(
+            delivery.ctx.engine,
+            breaker=breaker,
+            limit=delivery.cfg.webhook_rate_limit(endpoint.name),
+            now=now,
+        ),
     )
 
 
@@ -260,21 +267,26 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     name = _text(payload, "endpoint")
     event = _text(payload, "event")
     key = effect_key(ctx, name, event, ctx.job_id)
-    with _statements(ctx.engine) as conn:
-        facts = preflight(
-            conn,
-            job_id=ctx.job_id,
-            endpoint=name,
-            breaker_key=breaker_key(name),
-            effect_key=key,
-            lease_token=ctx.lease_token,
-        )
-        origin, reservation = facts.origin, facts.reservation
-        if origin is None:  # requeued by an operator: the event is the chain's first job's
-            origin = delivery_origin(conn, ctx.job_id)
-            first_key = effect_key(ctx, name, event, origin.job_id)
-            if first_key != key:
-                key, reservation = first_key, None
+
+    def look_up() -> tuple[Preflight, DeliveryOrigin, Reservation | None, str]:
+        with _statements(ctx.engine) as conn:
+            facts = preflight(
+                conn,
+                job_id=ctx.job_id,
+                endpoint=name,
+                breaker_key=breaker_key(name),
+                effect_key=key,
+                lease_token=ctx.lease_token,
+            )
+            origin, reservation, first_key = facts.origin, facts.reservation, key
+            if origin is None:  # requeued by an operator: the event is the chain's first's
+                origin = delivery_origin(conn, ctx.job_id)
+                first_key = effect_key(ctx, name, event, origin.job_id)
+                if first_key != key:
+                    reservation = None
+        return facts, origin, reservation, first_key
+
+    facts, origin, reservation, key = ctx.db_call("webhook.deliver lookups", look_up)
     endpoint, clock = facts.endpoint, DbTime(facts.now)
     if endpoint is None:
         raise PermanentError(f"unknown webhook endpoint {name!r}")

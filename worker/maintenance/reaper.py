@@ -3,7 +3,8 @@ go back to `failed` with backoff, or to `dead` when their attempts are spent; th
 attempt is recorded as `lost` with the error "worker lost" (F1, G4). A `running` row
 with no lease at all (written by hand) is rescued the same way at once. A job an
 operator asked to cancel is not retried: it ends `cancelled`, its attempt recorded
-`cancelled`.
+`cancelled` (a cancel that found the job's row locked — its worker frozen
+mid-transaction — is moved onto the job first, `decisions.apply_cancel_requests`).
 
 A live worker keeps extending its jobs' leases, so only abandoned jobs are touched.
 Retry policies come from the job types the running worker registered (its
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.decisions import apply_cancel_requests
 from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.transitions import rescue_expired
 from jobdesk.shared.settings import Settings
@@ -43,7 +45,11 @@ MAX_BATCHES = 20
 
 
 def run_once(engine: sa.Engine, now: datetime, *, policy_for: Callable[[str], RetryPolicy]) -> int:
-    """Rescue every job whose lease expired before `now`; returns how many."""
+    """Rescue every job whose lease expired before `now`; returns how many. Cancel
+    requests that found their job's row locked are moved onto their jobs first, so a
+    job whose worker froze ends `cancelled`, as asked, rather than retried."""
+    with engine.begin() as conn:
+        apply_cancel_requests(conn, now=now)
     total = 0
     for _ in range(MAX_BATCHES):
         with engine.begin() as conn:
