@@ -11,7 +11,8 @@ Every test that takes `engine` (or `conn`) runs twice: on SQLite and on PostgreS
   of a template database 0.49 s (the same machine, same run). With `CI=true` an
   unreachable PostgreSQL fails the run; elsewhere those tests are skipped with the reason.
 - `postgresql_only` / `sqlite_only` tests are deselected for the other database at
-  collection, not skipped at run time.
+  collection, not skipped at run time; `one_database` tests (view logic: roles,
+  headers, forms, rendering) run on SQLite only.
 """
 
 from __future__ import annotations
@@ -121,13 +122,18 @@ def _empty_postgresql(url: str) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect `postgresql_only` tests on SQLite and `sqlite_only` tests on PostgreSQL."""
+    """Deselect `postgresql_only` tests on SQLite, `sqlite_only` tests on PostgreSQL, and
+    `one_database` tests (view logic the database cannot change) on PostgreSQL."""
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("backend") if callspec is not None else None
-        wrong = (backend == "sqlite" and item.get_closest_marker("postgresql_only")) or (
-            backend == "postgresql" and item.get_closest_marker("sqlite_only")
+        marked = item.get_closest_marker
+        wrong = (backend == "sqlite" and marked("postgresql_only")) or (
+            backend == "postgresql"
+            and (
+                marked("sqlite_only") or (marked("one_database") and not marked("postgresql_only"))
+            )
         )
         (dropped if wrong else kept).append(item)
     if dropped:

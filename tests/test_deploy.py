@@ -105,6 +105,7 @@ def test_compose_runs_migrate_worker_and_dashboard(compose: dict[str, Any]) -> N
         assert services[name]["healthcheck"]["test"], f"{name} has no health check"
 
 
+@pytest.mark.slow
 def test_compose_jobdesk_commands_exist(compose: dict[str, Any], listed_commands: set[str]) -> None:
     checked = 0
     for name, service in _jobdesk_services(compose).items():
@@ -230,6 +231,7 @@ def test_units_read_the_documented_environment_file() -> None:
 # --- gunicorn ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gunicorn_loads_the_app_with_the_shipped_config(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     env["JOBDESK_DATABASE_URL"] = f"sqlite:///{tmp_path / 'jobdesk.db'}"

@@ -95,6 +95,7 @@ def reach(lab: NetLab, host: int, port: int) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_cut_and_one_way_drops_isolate_one_host_until_healed(lab: NetLab, echo: int) -> None:
     assert [reach(lab, 0, echo), reach(lab, 1, echo)] == ["up", "up"]
     lab.cut(0)

@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
@@ -24,6 +25,7 @@ def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cancel_queued_and_running_jobs_and_refuse_the_rest(engine: sa.Engine, db_url: str) -> None:
     now = datetime.now(UTC)
     with engine.begin() as conn:
@@ -51,6 +53,7 @@ def test_cancel_queued_and_running_jobs_and_refuse_the_rest(engine: sa.Engine, d
     assert str(row.cancelled_by).startswith("cli")
 
 
+@pytest.mark.slow
 def test_cancel_needs_a_reason(engine: sa.Engine, db_url: str) -> None:
     with engine.begin() as conn:
         job_id = make_job(conn)

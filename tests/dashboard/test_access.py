@@ -16,6 +16,9 @@ from jobdesk.shared.operator.accounts import set_disabled, set_password
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import PASSWORD, Browser, add_user, browser_for, dead_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 #: The minimum role of every dashboard route; a new route must be added here.
 EXPECTED_ROLES = {
     "jobdesk.overview.index": "viewer",

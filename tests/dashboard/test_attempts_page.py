@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.masking import fingerprint
@@ -14,6 +15,9 @@ from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.webhooks.models import webhook_deliveries
 from tests.dashboard.conftest import Browser, dead_job
 from tests.factories import make_job
+
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
 
 SITE = "/srv/app/.venv/lib/python3.12/site-packages"
 ERROR = "ConnectTimeout: POST https://crm.example/hooks timed out after 10.0s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
@@ -9,6 +10,9 @@ from jobdesk.cli import cli
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.operator.models import operators
 from tests.dashboard.conftest import dead_job
+
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
 
 
 def run(db_url: str, *args: str, stdin: str | None = None) -> object:

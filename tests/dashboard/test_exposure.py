@@ -16,6 +16,9 @@ from jobdesk.shared.settings import Settings, SettingsError
 from tests.dashboard.conftest import Browser, browser_for, dead_job
 from tests.factories import env_settings
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 STACK = (
     "ConnectionError: CRM refused the connection\n"
     '  File "/srv/jobdesk/venv/lib/python3.11/site-packages/jobdesk/worker/executor.py", '

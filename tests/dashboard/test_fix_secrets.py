@@ -15,6 +15,9 @@ from jobdesk.shared.operator.audit import entries_for_job
 from tests.dashboard.conftest import Browser
 from tests.factories import job_row, make_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 NOW = datetime.now(UTC)
 SECRET = "Bearer live-9f8e7d6c5b4a"
 PAYLOAD = {

@@ -7,6 +7,7 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
 import sqlalchemy as sa
 from flask import Flask
 from werkzeug.test import EnvironBuilder, TestResponse, run_wsgi_app
@@ -15,6 +16,9 @@ from werkzeug.wrappers import Request
 from jobdesk.dashboard import init_dashboard
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import SECRET, Browser, dead_job
+
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
 
 THIRTY_MB = 30 * 1024 * 1024
 

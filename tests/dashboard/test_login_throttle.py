@@ -8,6 +8,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 from flask import Flask
 
@@ -41,6 +42,7 @@ def _attempt(app: Flask, username: str, password: str = WRONG, **environ: str) -
     return int(response.status_code)
 
 
+@pytest.mark.slow
 def test_concurrent_wrong_logins_from_two_processes_share_one_atomic_limit(
     settings: Settings, users: None
 ) -> None:

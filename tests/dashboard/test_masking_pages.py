@@ -15,6 +15,9 @@ from jobdesk.shared.webhooks.endpoints import add_endpoint, disable_endpoint, se
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from tests.dashboard.conftest import browser_for, dead_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 TOKEN = "s3cr3t-t0ken-value"
 URL = f"http://127.0.0.1:9/in?token={TOKEN}"
 EMAIL = "ana.lopez@example.com"

@@ -14,6 +14,9 @@ from jobdesk.shared.operator.queries import statement_deadline
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import SECRET, dead_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 
 def test_mounted_under_a_prefix_with_the_host_apps_identity(
     settings: Settings, engine: sa.Engine

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from flask import Flask
 
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.operator.accounts import get_operator, list_operators
 from tests.dashboard.conftest import PASSWORD, Browser, add_user, browser_for
+
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
 
 COOKIE = "jobdesk_session"
 NEW_PASSWORD = "a brand new passphrase"

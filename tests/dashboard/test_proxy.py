@@ -18,6 +18,9 @@ from jobdesk.shared.settings import SettingsError
 from tests.dashboard.conftest import add_user, dead_job
 from tests.factories import env_settings
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

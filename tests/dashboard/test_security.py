@@ -11,6 +11,9 @@ from jobdesk.shared.core.models import job_attempts
 from tests.dashboard.conftest import Browser, dead_job
 from tests.factories import job_row, make_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 XSS = "<img src=x onerror=alert(1)>\"'<script>alert(2)</script>"
 
 

@@ -17,6 +17,9 @@ from jobdesk.shared.operator.accounts import set_disabled, set_password
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import Browser, browser_for
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 COOKIE = "jobdesk_session"
 
 

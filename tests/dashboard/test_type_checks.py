@@ -14,6 +14,9 @@ from jobdesk.shared.core.models import jobs
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import browser_for, dead_job
 
+# Roles, headers, forms and rendering: the same on either database.
+pytestmark = pytest.mark.one_database
+
 
 def test_the_fix_form_shows_the_app_types_own_rules_inline(
     settings: Settings, engine: sa.Engine, users: None

@@ -128,6 +128,7 @@ def world(
         sink.stop()
 
 
+@pytest.mark.slow
 def test_the_story_in_process(world: World) -> None:
     engine = world.engine
     with engine.begin() as conn:

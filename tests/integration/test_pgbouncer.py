@@ -40,6 +40,9 @@ from tests.integration.conftest import BouncedDatabase
 from tests.worker.procs import Workers, attempts_of, effect_rows, wait_for
 from tests.worker.procs import job as job_row
 
+# Each test starts PgBouncer (and most a worker or the CLI) as processes: seconds each.
+pytestmark = pytest.mark.slow
+
 JOBDESK = Path(sys.executable).with_name("jobdesk")
 REPO = Path(__file__).resolve().parents[2]
 BOUNCED = Settings(pgbouncer=True)

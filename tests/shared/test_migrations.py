@@ -227,6 +227,7 @@ def test_usernames_are_unique_whatever_their_case(empty_engine: sa.Engine) -> No
         conn.execute(sa.text(insert), {"n": "Ana"})
 
 
+@pytest.mark.slow
 def test_accounts_differing_only_by_case_stop_the_migration_by_name(
     empty_engine: sa.Engine,
 ) -> None:
@@ -280,6 +281,7 @@ def _app_snapshot(engine: sa.Engine) -> dict[str, Any]:
         }
 
 
+@pytest.mark.slow
 def test_migrate_beside_an_apps_own_history_and_tables_leaves_them_untouched(
     empty_engine: sa.Engine,
 ) -> None:
@@ -324,6 +326,7 @@ def _literals(sql: str) -> set[str]:
     return set(re.findall(r"'([^']*)'", sql))
 
 
+@pytest.mark.slow
 def test_check_constraints_match_the_models(empty_engine: sa.Engine) -> None:
     """Autogenerate compares no CHECK constraints: compare their names and the values
     they allow (the enums behind them) here."""

@@ -35,6 +35,7 @@ def test_a_fleet_that_fits_passes_and_a_crowded_server_warns() -> None:
     assert "90 of the server's 97 are in use" in warning
 
 
+@pytest.mark.slow
 @pytest.mark.postgresql_only
 def test_the_worker_refuses_to_start_over_budget(db_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import os

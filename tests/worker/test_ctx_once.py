@@ -328,6 +328,7 @@ def test_an_outage_past_the_retries_snoozes_the_attempt_without_counting_it(
     assert row.next_run_at >= claimed.started_at + timedelta(seconds=0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.postgresql_only
 def test_progress_and_reserve_snooze_too(engine: sa.Engine, db_url: str) -> None:
     handlers = _handler_engine(db_url)

@@ -121,6 +121,7 @@ def oracle(expression: str, zone: str, start: datetime, end: datetime) -> list[d
     return sorted(moment for moment in picked if start < moment <= end)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zone", ZONES)
 @pytest.mark.parametrize("expression", FIXED + WILDCARD)
 def test_runs_around_both_changes_match_the_oracle(zone: str, expression: str) -> None:

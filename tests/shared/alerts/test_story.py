@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from jobdesk import enqueue
@@ -44,6 +45,7 @@ def unfolded(header: str) -> str:
     return str(header).replace("\r\n", "").replace("\n", "")
 
 
+@pytest.mark.slow
 def test_crm_outage_pages_each_rule_once_and_resolves_after_requeue(
     engine: sa.Engine, smtp: SmtpSink, receiver: Receiver, jobs_env: dict[str, str]
 ) -> None:

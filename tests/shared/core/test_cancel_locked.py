@@ -138,6 +138,7 @@ def test_the_worker_transaction_bound_is_half_a_lease() -> None:
     assert transaction_bound(1) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.postgresql_only
 def test_the_server_ends_a_worker_transaction_left_idle_past_its_bound(db_url: str) -> None:
     """Both ways: an engine made with the bound (`jobdesk worker`'s own), and the

@@ -295,6 +295,7 @@ def test_the_workers_claim_walks_the_index_even_when_the_table_was_vacuumed_empt
     assert (plans["plain setting"], plans["worker setting"]) == ("on", "off")
 
 
+@pytest.mark.slow
 @pytest.mark.postgresql_only
 @pytest.mark.parametrize("queues", [None, ["webhooks"]], ids=["every queue", "one queue"])
 def test_a_burst_after_the_statistics_were_taken_is_claimed_in_index_order(

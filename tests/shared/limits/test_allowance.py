@@ -130,6 +130,7 @@ def test_each_engine_has_its_own_allowance(engine: sa.Engine, second_engine: sa.
     assert allowance.allowance(engine, KEY) is not allowance.allowance(second_engine, KEY)
 
 
+@pytest.mark.slow
 def test_two_processes_stay_within_the_documented_bound(
     engine: sa.Engine, second_engine: sa.Engine
 ) -> None:

@@ -118,6 +118,7 @@ def test_activity_report_fans_out_and_assembles_a_csv(engine: sa.Engine) -> None
     assert found == dict(expected)
 
 
+@pytest.mark.slow
 def test_progress_is_visible_mid_run(engine: sa.Engine) -> None:
     seed(engine)
     job_id = request(engine)

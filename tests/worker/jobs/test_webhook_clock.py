@@ -35,6 +35,7 @@ DRAIN = (
 
 
 # SQLite's clock is the process's own: only a database server has a time of its own.
+@pytest.mark.slow
 @pytest.mark.postgresql_only
 def test_a_host_an_hour_ahead_signs_with_database_time(
     engine: sa.Engine, receiver: Receiver
