@@ -38,12 +38,10 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
 
 from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
-from jobdesk.shared.core.db import is_postgresql
-from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import cancel_requests, jobs
 from jobdesk.shared.core.states import (
     CANCELLABLE,
@@ -103,23 +101,9 @@ def resolve_dead(
     Writes no audit row (its callers do, knowing what the decision was for)."""
     if not ids:
         return []
-    statement = (
-        sa.update(jobs)
-        .where(
-            jobs.c.id.in_(list(ids)),
-            jobs.c.status == JobStatus.DEAD.value,
-            jobs.c.resolution.is_(None),
-        )
-        .values(
-            resolution=resolution.value,
-            resolved_by=actor,
-            resolved_at=now,
-            resolution_reason=reason,
-            updated_at=now,
-        )
-        .returning(jobs.c.id)
+    return driver(conn).resolve_dead(
+        conn, ids, resolution.value, actor=actor, reason=reason, now=now
     )
-    return sorted(conn.execute(statement).scalars())
 
 
 def requeue_dead(
@@ -158,11 +142,7 @@ def requeue_dead(
     resolved = resolve_dead(conn, wanted, resolution, actor=actor, reason=reason, now=now)
     mapping = _copy_as_new(conn, resolved, now)
     if payload is not None and mapping:
-        conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id.in_(list(mapping.values())))
-            .values(payload=serialize_payload(payload))
-        )
+        driver(conn).set_payload(conn, list(mapping.values()), serialize_payload(payload))
     _notify(conn, mapping.values())
     audit.record_many(
         conn,
@@ -237,20 +217,8 @@ def _cancel_rows(
     asked_at: datetime,
     now: datetime,
 ) -> list[int]:
-    return sorted(
-        conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id.in_(list(job_ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
-            .values(
-                status=JobStatus.CANCELLED.value,
-                finished_at=now,
-                updated_at=now,
-                cancel_requested_at=asked_at,
-                cancelled_by=actor,
-                cancel_reason=reason,
-            )
-            .returning(jobs.c.id)
-        ).scalars()
+    return driver(conn).cancel_jobs(
+        conn, job_ids, actor=actor, reason=reason, asked_at=asked_at, now=now
     )
 
 
@@ -273,29 +241,10 @@ def request_cancel(
     """
     if not job_ids:
         return []
-    unasked = (
-        jobs.c.id.in_(list(job_ids)),
-        jobs.c.status.in_(sql_values(STOPPABLE)),
-        jobs.c.cancel_requested_at.is_(None),
+    asked, locked = driver(conn).request_cancel(
+        conn, job_ids, actor=actor, reason=reason, asked_at=now, now=now
     )
-    free: Any = sa.true()
-    if is_postgresql(conn):
-        lockable = (
-            sa.select(jobs.c.id).where(*unasked).with_for_update(skip_locked=True, key_share=True)
-        )
-        free = jobs.c.id.in_(lockable.scalar_subquery())
-    asked = sorted(
-        conn.execute(
-            sa.update(jobs)
-            .where(*unasked, free)
-            .values(
-                cancel_requested_at=now, cancelled_by=actor, cancel_reason=reason, updated_at=now
-            )
-            .returning(jobs.c.id)
-        ).scalars()
-    )
-    if is_postgresql(conn):
-        asked = sorted(asked + _park(conn, unasked, set(asked), actor, reason, now))
+    asked = sorted(asked + _park(conn, locked, actor, reason, now))
     _audit_cancel(
         conn,
         asked,
@@ -309,21 +258,15 @@ def request_cancel(
 
 
 def _park(
-    conn: sa.Connection,
-    unasked: tuple[sa.ColumnElement[bool], ...],
-    asked: set[int],
-    actor: str,
-    reason: str,
-    now: datetime,
+    conn: sa.Connection, locked: Sequence[int], actor: str, reason: str, now: datetime
 ) -> list[int]:
     """Requests for running jobs whose row was locked: into `jobdesk_cancel_requests`
-    (read without a lock; a request already parked is left as it is)."""
-    seen = conn.execute(sa.select(jobs.c.id).where(*unasked)).scalars()
-    locked = [job_id for job_id in seen if job_id not in asked]
+    (a request already parked is left as it is)."""
     if not locked:
         return []
     statement = (
-        pg.insert(cancel_requests)
+        driver(conn)
+        .insert(cancel_requests)
         .values(
             [
                 {"job_id": job_id, "requested_at": now, "requested_by": actor, "reason": reason}
@@ -354,25 +297,21 @@ def apply_cancel_requests(conn: sa.Connection, *, now: datetime) -> list[int]:
         query = sa.select(jobs.c.status, jobs.c.cancel_requested_at).where(
             jobs.c.id == request.job_id
         )
-        if is_postgresql(conn):
-            query = query.with_for_update(skip_locked=True, key_share=True)
-        row = conn.execute(query).first()
+        row = conn.execute(driver(conn).for_update(query, skip_locked=True, key_share=True)).first()
         if row is None:
             exists = conn.execute(sa.select(jobs.c.id).where(jobs.c.id == request.job_id)).first()
             if exists is not None:
                 continue  # still locked: next pass
         elif row.status in sql_values(STOPPABLE) and row.cancel_requested_at is None:
-            conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == request.job_id)
-                .values(
-                    cancel_requested_at=request.requested_at,
-                    cancelled_by=request.requested_by,
-                    cancel_reason=request.reason,
-                    updated_at=now,
-                )
+            asked, _ = driver(conn).request_cancel(
+                conn,
+                [request.job_id],
+                actor=request.requested_by,
+                reason=request.reason,
+                asked_at=request.requested_at,
+                now=now,
             )
-            changed.append(request.job_id)
+            changed += asked
         elif row.status in sql_values(CANCELLABLE):
             changed += _cancel_rows(
                 conn,
@@ -424,34 +363,17 @@ def _details(
 
 
 def _copy_as_new(conn: sa.Connection, ids: Sequence[int], now: datetime) -> dict[int, int]:
-    """INSERT … SELECT new queued jobs from dead ones; returns {dead id: new id}."""
+    """New queued jobs copied from dead ones; returns {dead id: new id}."""
     if not ids:
         return {}
-    stamp = sa.literal(now, jobs.c.created_at.type)
-    source = sa.select(*(jobs.c[name] for name in COPIED), jobs.c.id, stamp, stamp, stamp).where(
-        jobs.c.id.in_(list(ids))
-    )
-    statement = (
-        sa.insert(jobs)
-        .from_select(
-            [*COPIED, "retried_from_id", "next_run_at", "created_at", "updated_at"], source
-        )
-        .returning(jobs.c.retried_from_id, jobs.c.id)
-    )
-    return dict(sorted((int(old), int(new)) for old, new in conn.execute(statement)))
+    return driver(conn).copy_as_new(conn, ids, COPIED, now=now)
 
 
 def _notify(conn: sa.Connection, new_ids: Iterable[int]) -> None:
-    """Wake idle workers (PostgreSQL) for the queues that just received jobs; delivered
-    when the caller commits, like an enqueue's."""
+    """Wake idle workers for the queues that just received jobs; delivered when the
+    caller commits, like an enqueue's."""
     ids = list(new_ids)
-    if not ids or not is_postgresql(conn):
+    if not ids or not driver(conn).listens:
         return
-    queues = sorted(
-        conn.execute(sa.select(jobs.c.queue).where(jobs.c.id.in_(ids)).distinct()).scalars()
-    )
-    conn.execute(
-        sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, sa.column("q"))).select_from(
-            sa.func.unnest(sa.literal(queues, pg.ARRAY(sa.Text))).alias("q")
-        )
-    )
+    queues = conn.execute(sa.select(jobs.c.queue).where(jobs.c.id.in_(ids)).distinct()).scalars()
+    driver(conn).notify_queues(conn, list(queues))

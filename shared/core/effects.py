@@ -25,11 +25,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
 from jobdesk.shared.core.claim import JobRef
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.core.states import JobStatus
 
@@ -81,7 +79,7 @@ def reserve_effect(conn: sa.Connection, key: str, ref: JobRef, *, now: datetime)
     """Claim `key` for the attempt `ref` before doing its effect (see the module)."""
     key = check_effect_key(key)
     for _ in range(3):
-        insert = pg.insert if is_postgresql(conn) else sqlite.insert
+        insert = driver(conn).insert
         inserted = conn.execute(
             insert(effects)
             .values(key=key, state=EffectState.RESERVED.value, created_at=now, **_owner(ref))
@@ -173,7 +171,7 @@ def record_effect(
     conn: sa.Connection, key: str, *, job_id: int | None, detail: dict[str, Any] | None = None
 ) -> bool:
     """Record an effect as done; False when the key was already recorded (by anyone)."""
-    insert = pg.insert if is_postgresql(conn) else sqlite.insert
+    insert = driver(conn).insert
     statement = (
         insert(effects)
         .values(key=check_effect_key(key), job_id=job_id, detail=detail or {})

@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
-from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.core.states import CANCELLABLE, STOPPABLE, JobStatus, sql_values
 
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
 T = TypeVar("T")
@@ -189,6 +189,14 @@ class Driver(ABC):
         the attempt rows written. Returns the new status of each job written (a lost
         lease is left out)."""
 
+    @abstractmethod
+    def renew_leases(
+        self, conn: sa.Connection, refs: Sequence[AttemptRef], *, expires: datetime, now: datetime
+    ) -> LeaseRenewal:
+        """Heartbeat: push the lease of every job in `refs` still held to `expires`,
+        never waiting on a row another transaction holds (`busy`), and say which held
+        jobs have a cancel request (`stopping`)."""
+
     def hand_back(
         self, conn: sa.Connection, ref: AttemptRef, *, until: datetime, now: datetime
     ) -> JobStatus | None:
@@ -257,6 +265,131 @@ class Driver(ABC):
             )
         )
 
+    # --- the operator's verbs (each caller writes its audit rows) ------------------------
+
+    def resolve_dead(
+        self,
+        conn: sa.Connection,
+        ids: Sequence[int],
+        resolution: str,
+        *,
+        actor: str,
+        reason: str | None,
+        now: datetime,
+    ) -> list[int]:
+        """The decision ON still-unresolved dead jobs (compare-and-set); those marked."""
+        statement = (
+            sa.update(jobs)
+            .where(
+                jobs.c.id.in_(list(ids)),
+                jobs.c.status == JobStatus.DEAD.value,
+                jobs.c.resolution.is_(None),
+            )
+            .values(
+                resolution=resolution,
+                resolved_by=actor,
+                resolved_at=now,
+                resolution_reason=reason,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        )
+        return sorted(conn.execute(statement).scalars())
+
+    def copy_as_new(
+        self, conn: sa.Connection, ids: Sequence[int], columns: Sequence[str], *, now: datetime
+    ) -> dict[int, int]:
+        """New queued jobs copying `columns` of these jobs, due now, each naming its
+        original (`retried_from_id`); {original id: new id}."""
+        stamp = sa.literal(now, jobs.c.created_at.type)
+        source = sa.select(
+            *(jobs.c[name] for name in columns), jobs.c.id, stamp, stamp, stamp
+        ).where(jobs.c.id.in_(list(ids)))
+        statement = (
+            sa.insert(jobs)
+            .from_select(
+                [*columns, "retried_from_id", "next_run_at", "created_at", "updated_at"], source
+            )
+            .returning(jobs.c.retried_from_id, jobs.c.id)
+        )
+        return dict(sorted((int(old), int(new)) for old, new in conn.execute(statement)))
+
+    def set_payload(self, conn: sa.Connection, ids: Sequence[int], payload: Any) -> None:
+        """Replace the payload of these (new, not yet claimed) jobs: a fixed retry's."""
+        conn.execute(sa.update(jobs).where(jobs.c.id.in_(list(ids))).values(payload=payload))
+
+    def cancel_jobs(
+        self,
+        conn: sa.Connection,
+        ids: Sequence[int],
+        *,
+        actor: str,
+        reason: str,
+        asked_at: datetime,
+        now: datetime,
+    ) -> list[int]:
+        """Cancel: queued or retrying jobs end `cancelled` (who, when asked, why); those
+        cancelled."""
+        return sorted(
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sql_values(CANCELLABLE)))
+                .values(
+                    status=JobStatus.CANCELLED.value,
+                    finished_at=now,
+                    updated_at=now,
+                    cancel_requested_at=asked_at,
+                    cancelled_by=actor,
+                    cancel_reason=reason,
+                )
+                .returning(jobs.c.id)
+            ).scalars()
+        )
+
+    def request_cancel(
+        self,
+        conn: sa.Connection,
+        ids: Sequence[int],
+        *,
+        actor: str,
+        reason: str,
+        asked_at: datetime,
+        now: datetime,
+    ) -> tuple[list[int], list[int]]:
+        """Put a cancel request on running jobs that have none, never waiting on a row
+        another transaction holds: (ids asked, ids passed over because their row was
+        locked — the caller parks those)."""
+        unasked = (
+            jobs.c.id.in_(list(ids)),
+            jobs.c.status.in_(sql_values(STOPPABLE)),
+            jobs.c.cancel_requested_at.is_(None),
+        )
+        lockable = self.for_update(
+            sa.select(jobs.c.id).where(*unasked), skip_locked=True, key_share=True
+        )
+        asked = sorted(
+            conn.execute(
+                sa.update(jobs)
+                .where(*unasked, jobs.c.id.in_(lockable.scalar_subquery()))
+                .values(
+                    cancel_requested_at=asked_at,
+                    cancelled_by=actor,
+                    cancel_reason=reason,
+                    updated_at=now,
+                )
+                .returning(jobs.c.id)
+            ).scalars()
+        )
+        if not self.locks_rows:
+            return asked, []
+        seen = conn.execute(sa.select(jobs.c.id).where(*unasked)).scalars()
+        return asked, sorted(job_id for job_id in seen if job_id not in set(asked))
+
+    @abstractmethod
+    def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
+        """Wake idle workers of these queues when the caller commits (where the
+        database can: LISTEN/NOTIFY); workers elsewhere find the jobs by polling."""
+
     def release_deliveries(
         self, conn: sa.Connection, job_type: str, endpoint: str, *, now: datetime
     ) -> int:
@@ -296,7 +429,9 @@ class Driver(ABC):
         """An INSERT into `table` that can say what to do ON CONFLICT."""
 
     @abstractmethod
-    def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
+    def for_update(
+        self, query: SelectT, *, skip_locked: bool = False, key_share: bool = False
+    ) -> SelectT:
         """`query` locking the rows it reads until the transaction ends (PostgreSQL); on
         SQLite unchanged — its write transaction already excludes every other writer."""
 

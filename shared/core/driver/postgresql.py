@@ -20,6 +20,7 @@ from jobdesk.shared.core.driver.base import (
     refilled,
 )
 from jobdesk.shared.core.driver.postgresql_jobs import PostgreSQLJobs
+from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
 from jobdesk.shared.core.sqltypes import UTCDateTime
 
 
@@ -77,6 +78,12 @@ _BUCKET = sa.text("SELECT tokens, updated_at FROM jobdesk_rate_limits WHERE key 
 )
 
 
+# One notification per queue, delivered when the caller commits (like an enqueue's).
+_NOTIFY_QUEUES = sa.text(
+    f"SELECT count(pg_notify('{NOTIFY_CHANNEL}', q)) FROM unnest(CAST(:queues AS text[])) AS q"
+)
+
+
 class PostgreSQLDriver(PostgreSQLJobs):
     name: ClassVar[str] = "postgresql"
     listens: ClassVar[bool] = True
@@ -86,8 +93,14 @@ class PostgreSQLDriver(PostgreSQLJobs):
     def insert(self, table: sa.Table) -> pg.Insert:
         return pg.insert(table)
 
-    def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
-        return query.with_for_update(skip_locked=skip_locked)
+    def for_update(
+        self, query: SelectT, *, skip_locked: bool = False, key_share: bool = False
+    ) -> SelectT:
+        return query.with_for_update(skip_locked=skip_locked, key_share=key_share)
+
+    def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
+        if queues:
+            conn.execute(_NOTIFY_QUEUES, {"queues": sorted(set(queues))})
 
     def take_tokens(
         self,

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.driver.base import (
+    AttemptRef,
     ClaimBatch,
     ClaimFilter,
     Completion,
@@ -25,6 +26,7 @@ from jobdesk.shared.core.driver.base import (
     Failure,
     Inserted,
     JobRow,
+    LeaseRenewal,
 )
 from jobdesk.shared.core.driver.jobs_sql import (
     CANCELLED,
@@ -217,6 +219,44 @@ SELECT id, status FROM done
 )
 
 
+# --- renew ---------------------------------------------------------------------------
+
+# A renewal never waits for a row lock: it takes the rows it can with `FOR NO KEY UPDATE
+# SKIP LOCKED` and leaves the others (a completion being written, a handler's progress
+# update) for the next heartbeat. A lease is at least three heartbeats long, so a row has
+# to stay locked over two heartbeats in a row before its lease is at risk; a completion
+# holds its rows for milliseconds. Because the heartbeat never waits on a job row, it can
+# never be one side of a lock cycle with a completion — which is what lets a completion
+# lock its rows in whatever order its plan visits them, at no cost.
+# `held`: the refs still running under the caller's token, as of the statement's
+# snapshot (a row another transaction is writing shows its last committed version).
+# `locked`: those of them whose row lock is free; the lock re-checks ownership on the
+# newest row version, so a job completed or rescued a moment ago is not renewed. All
+# CTEs share one snapshot, so `held` is not affected by the UPDATE.
+_RENEW = sa.text(
+    f"""
+WITH refs AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS bigint[])) AS r(id, token)
+), held AS (
+    SELECT j.id, j.cancel_requested_at IS NOT NULL AS stop
+      FROM jobdesk_jobs AS j JOIN refs ON j.id = refs.id
+     WHERE j.status = '{RUNNING}' AND j.lease_token = refs.token
+), locked AS (
+    SELECT j.id FROM jobdesk_jobs AS j JOIN refs ON j.id = refs.id
+     WHERE j.status = '{RUNNING}' AND j.lease_token = refs.token
+       FOR NO KEY UPDATE OF j SKIP LOCKED
+), renewed AS (
+    UPDATE jobdesk_jobs SET lease_expires_at = CAST(:expires AS timestamptz),
+           updated_at = CAST(:now AS timestamptz)
+     WHERE id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING id
+)
+SELECT ARRAY(SELECT id FROM renewed), ARRAY(SELECT id FROM held),
+       ARRAY(SELECT id FROM held WHERE stop)
+"""
+)
+
+
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -292,6 +332,22 @@ class PostgreSQLJobs(Driver):
             parts.append(f"[{int(ref.id)},{int(ref.lease_token)},{worker},{result}]")
         ids = conn.execute(COMPLETE_JOBS, {"rows": f"[{','.join(parts)}]", "now": now}).scalar()
         return list(ids or ())
+
+    def renew_leases(
+        self, conn: sa.Connection, refs: Sequence[AttemptRef], *, expires: datetime, now: datetime
+    ) -> LeaseRenewal:
+        renewed, held, stopping = conn.execute(
+            _RENEW,
+            {
+                "ids": [ref.id for ref in refs],
+                "tokens": [ref.lease_token for ref in refs],
+                "expires": expires,
+                "now": now,
+            },
+        ).one()
+        done = set(renewed)
+        busy = [job_id for job_id in held if job_id not in done]
+        return LeaseRenewal(list(renewed), busy, tuple(stopping))
 
     def fail_jobs(
         self, conn: sa.Connection, failures: Sequence[Failure], *, now: datetime

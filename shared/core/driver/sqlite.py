@@ -50,7 +50,9 @@ class SQLiteDriver(SQLiteJobs):
     def insert(self, table: sa.Table) -> sqlite.Insert:
         return sqlite.insert(table)
 
-    def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
+    def for_update(
+        self, query: SelectT, *, skip_locked: bool = False, key_share: bool = False
+    ) -> SelectT:
         return query
 
     def take_tokens(
@@ -96,6 +98,9 @@ class SQLiteDriver(SQLiteJobs):
             yield
         finally:
             raw.set_progress_handler(None, 0)
+
+    def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
+        return  # no LISTEN here: idle workers poll
 
     def estimate_count(self, conn: sa.Connection, query: sa.Select[Any]) -> int | None:
         return None

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import sqlite
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.driver.base import (
+    AttemptRef,
     ClaimBatch,
     ClaimFilter,
     Completion,
@@ -26,6 +27,7 @@ from jobdesk.shared.core.driver.base import (
     Failure,
     Inserted,
     JobRow,
+    LeaseRenewal,
 )
 from jobdesk.shared.core.driver.jobs_sql import (
     CANCELLED_OUTCOME,
@@ -37,6 +39,7 @@ from jobdesk.shared.core.driver.jobs_sql import (
     SUCCEEDED_OUTCOME,
     SUCCEEDED_SET,
 )
+from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT, utcnow
 from jobdesk.shared.core.states import JobStatus
 
@@ -251,6 +254,23 @@ class SQLiteJobs(Driver):
             values += (job_id, attempts, workers[job_id], started_at, stamp, SUCCEEDED_OUTCOME)
         conn.exec_driver_sql(insert, tuple(values))
         return [row[0] for row in rows]
+
+    def renew_leases(
+        self, conn: sa.Connection, refs: Sequence[AttemptRef], *, expires: datetime, now: datetime
+    ) -> LeaseRenewal:
+        # The transaction holds the database's write lock: nothing is ever skipped.
+        result = conn.execute(
+            sa.update(jobs)
+            .where(
+                jobs.c.status == RUNNING,
+                sa.tuple_(jobs.c.id, jobs.c.lease_token).in_([(r.id, r.lease_token) for r in refs]),
+            )
+            .values(lease_expires_at=expires, updated_at=now)
+            .returning(jobs.c.id, jobs.c.cancel_requested_at)
+        )
+        rows = result.all()
+        stopping = tuple(row.id for row in rows if row.cancel_requested_at is not None)
+        return LeaseRenewal([row.id for row in rows], [], stopping)
 
     def fail_jobs(
         self, conn: sa.Connection, failures: Sequence[Failure], *, now: datetime

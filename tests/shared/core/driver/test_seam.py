@@ -31,10 +31,7 @@ JOBS_WRITE = re.compile(
 NOT_YET: set[str] = {
     "jobdesk/cli/run.py",
     "shared/core/db.py",
-    "shared/core/decisions.py",
     "shared/core/driver_sql.py",
-    "shared/core/effects.py",
-    "shared/core/leases.py",
     "shared/core/sqltypes.py",
     "shared/webhooks/deliveries.py",
     "shared/webhooks/preflight.py",
