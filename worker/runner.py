@@ -46,7 +46,8 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import DatabaseClock
-from jobdesk.shared.core.db import is_postgresql, one_statement
+from jobdesk.shared.core.db import one_statement
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.notifications import listen_url
 from jobdesk.shared.core.published_types import (
@@ -197,7 +198,7 @@ class Runner:
             skew=self._skew,
         )
         self.listener: Listener | None = None
-        wake_url = listen_url(engine, settings.listen_url) if is_postgresql(engine) else None
+        wake_url = listen_url(engine, settings.listen_url) if driver(engine).listens else None
         if wake_url is not None:
             self.listener = Listener(
                 wake_url, self._on_queues, connect_timeout=settings.db_connect_timeout_seconds
@@ -291,7 +292,7 @@ class Runner:
         self.heartbeat.start()
         if self.listener is not None:
             self.listener.start()
-        elif is_postgresql(self.engine):
+        elif driver(self.engine).listens:
             log.info(
                 "no LISTEN through PgBouncer: new jobs are found by polling every %gs "
                 "(set JOBDESK_LISTEN_URL to a direct connection to wake on enqueue)",

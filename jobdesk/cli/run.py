@@ -222,11 +222,11 @@ def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Sett
     import sqlalchemy as sa
 
     from jobdesk.shared.core.capacity import server_capacity
-    from jobdesk.shared.core.db import is_postgresql
+    from jobdesk.shared.core.driver import driver
     from jobdesk.worker.budget import BudgetError, budget_for, check_budget
     from jobdesk.worker.config import RESERVED_CONNECTIONS
 
-    if not is_postgresql(engine):
+    if not driver(engine).locks_rows:  # SQLite: no server, no connection budget
         return
     budget = budget_for(total_slots, settings, RESERVED_CONNECTIONS)
     if not budget.per_process:

@@ -18,14 +18,14 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
 
-from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.claim import JobRef
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver, driver_named
+from jobdesk.shared.core.driver_sql import BatchedWrite
 from jobdesk.shared.core.effects import check_effect_key, complete_effect
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import EffectState, effects, jobs
+from jobdesk.shared.core.sqltypes import JSONDocument
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 EXCERPT_CHARS = 2000
@@ -102,11 +102,11 @@ _RESERVED: sa.ColumnClause[str] = sa.literal_column(f"'{EffectState.RESERVED.val
 _COLUMNS: dict[str, sa.types.TypeEngine[Any]] = {
     **{name: webhook_deliveries.c[name].type for name in _DELIVERY_FIELDS},
     "effect_key": effects.c.key.type,
-    "effect_detail": pg.JSONB(),
+    "effect_detail": JSONDocument,
     "lease_token": effects.c.lease_token.type,
 }
 _rows = (
-    sa.func.jsonb_to_recordset(sa.bindparam("rows", type_=pg.JSONB()))
+    sa.func.jsonb_to_recordset(sa.bindparam("rows", type_=JSONDocument))
     .table_valued(*(sa.column(name, type_) for name, type_ in _COLUMNS.items()))
     .render_derived(name="delivery", with_types=True)
 )
@@ -128,8 +128,10 @@ _completed = (
     .returning(effects.c.key)
     .cte("completed")
 )
+# PostgreSQL (`Driver.writes_in_ctes`): the rows, the log and the effects in one statement.
 _WRITE_DELIVERIES = (
-    pg.insert(effects)
+    driver_named("postgresql")
+    .insert(effects)
     .from_select(
         ["key", "job_id", "detail"],
         sa.select(_given.c.effect_key, _given.c.job_id, _given.c.effect_detail).where(
@@ -145,7 +147,8 @@ _WRITE_DELIVERIES = (
 def _write_deliveries(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
     """PostgreSQL: the delivery rows (each with its effect, if any) in one statement."""
     document = [{**row, "at": row["at"].isoformat()} for row in rows]
-    driver_sql.execute(conn, _WRITE_DELIVERIES, {"rows": driver_sql.json_param(document)})
+    run = driver(conn)
+    run.execute_fast(conn, _WRITE_DELIVERIES, {"rows": run.json_param(document)})
 
 
 def _row(
@@ -212,7 +215,7 @@ def record_delivery(
         response_excerpt,
         error,
     )
-    if not is_postgresql(conn):
+    if not driver(conn).writes_in_ctes:
         conn.execute(_INSERT, row)
         if effect is not None:
             owner = JobRef(job_id, lease_token if lease_token is not None else -1, attempt, "")
@@ -232,19 +235,19 @@ def delivery_writer(
     """`record_delivery` with these arguments, as a write to make later in another
     transaction (`ctx.with_outcome`). On PostgreSQL it is one row of a prebuilt
     statement, which the completer sends once for all the deliveries of its batch."""
-    if not is_postgresql(bind):
+    if not driver(bind).writes_in_ctes:
         return functools.partial(record_delivery, effect=effect, lease_token=lease_token, **fields)
     return _delivery_write(_row(**fields), effect, lease_token)
 
 
 def _delivery_write(
     row: dict[str, Any], effect: tuple[str, dict[str, Any]] | None, lease_token: int | None
-) -> driver_sql.BatchedWrite:
+) -> BatchedWrite:
     """PostgreSQL: the delivery row (and the effect marked done), batchable."""
     key = None if effect is None else check_effect_key(effect[0])
     detail = None if effect is None else (effect[1] or {})
     params = {**row, "effect_key": key, "effect_detail": detail, "lease_token": lease_token}
-    return driver_sql.BatchedWrite(_write_deliveries, params)
+    return BatchedWrite(_write_deliveries, params)
 
 
 def list_deliveries(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:

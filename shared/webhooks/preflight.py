@@ -5,7 +5,7 @@ job of a requeue chain), the database time, whether the effect was already recor
 and the endpoint's circuit breaker. Asked one by one that was five statements per
 delivery, and their Python cost was a third of a delivery's CPU; here it is one SELECT
 of the job's row outer-joined with the endpoint, breaker and effect rows, run on
-psycopg's cursor on PostgreSQL (`jobdesk.shared.core.driver_sql`).
+psycopg's cursor on PostgreSQL (`Driver.execute_fast`).
 
 The effect key depends on the chain's first job, which is only known after the read,
 so the caller passes the key for "this job is its own origin" — true for every job
@@ -31,11 +31,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
 
-from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.claim import JobRef
-from jobdesk.shared.core.db import is_postgresql
+from jobdesk.shared.core.driver import driver, driver_named
 from jobdesk.shared.core.effects import Reservation, reserve_effect
 from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.core.sqltypes import utcnow
@@ -95,7 +93,8 @@ _KEY_IS_THE_CHAINS = sa.or_(jobs.c.retried_from_id.is_(None), jobs.c.idempotency
 # snapshot predates the insert, so a fresh reservation shows as `reserved_now`, not as
 # an effect row.
 _RESERVE = (
-    pg.insert(effects)
+    driver_named("postgresql")
+    .insert(effects)
     .from_select(
         ["key", "state", "job_id", "lease_token", "created_at"],
         sa.select(
@@ -141,13 +140,10 @@ def preflight(
         "effect_key": effect_key,
     }
     statement, names = _STATEMENT, _NAMES
-    if lease_token is not None and is_postgresql(conn):
+    if lease_token is not None and driver(conn).writes_in_ctes:
         statement, names = _RESERVING_STATEMENT, _RESERVING_NAMES
         params["lease_token"] = lease_token
-    if is_postgresql(conn):
-        found = driver_sql.execute(conn, statement, params).fetchone()
-    else:
-        found = conn.execute(statement, params).first()
+    found = driver(conn).execute_fast(conn, statement, params).fetchone()
     if found is None:
         raise LookupError(f"job {job_id} not found")
     row = dict(zip(names, found, strict=True))
@@ -180,7 +176,7 @@ def _reservation(
         return Reservation(done=dict(row["effect_detail"] or {}), by_job=row["effect_job_id"])
     if row["ep_id"] is None or not (row["retried_from_id"] is None or row["idempotency_key"]):
         return None
-    if not is_postgresql(conn):
+    if not driver(conn).writes_in_ctes:
         settled = reserve_effect(conn, key, ref, now=row["now"])
         return None if settled.held else settled
     if row.get("reserved_now"):

@@ -37,7 +37,6 @@ import sqlalchemy as sa
 
 import jobdesk.worker.jobs  # noqa: F401  (register the built-in types before adjusting them)
 from jobdesk import PermanentError, job
-from jobdesk.shared.core.db import is_postgresql
 from jobdesk.shared.core.effects import find_effect, record_effect
 from jobdesk.shared.core.retry import ExponentialBackoff, RetryPolicy
 from jobdesk.worker.context import JobContext
@@ -148,7 +147,7 @@ def _own_work() -> Iterator[None]:
 
 
 def _upsert_delivery(conn: sa.Connection, key: str) -> None:
-    if is_postgresql(conn):
+    if conn.dialect.name == "postgresql":  # an app's own handler: its own upsert
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]

@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import is_postgresql, sets_deadlines_per_transaction
+from jobdesk.shared.core.db import one_statement
 from jobdesk.shared.core.effects import Reservation, release_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
@@ -207,7 +207,7 @@ def _statements(engine: sa.Engine) -> Iterator[sa.Connection]:
     there (no BEGIN/COMMIT or ROLLBACK round trips around a single statement, which is
     atomic on its own); SQLite, and PostgreSQL behind PgBouncer (where a deadline needs a
     transaction), keep the engine's transaction."""
-    if not is_postgresql(engine) or sets_deadlines_per_transaction(engine):
+    if one_statement(engine) is engine:
         with engine.begin() as conn:
             yield conn
         return

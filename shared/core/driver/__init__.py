@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.driver.base import Driver
 
-__all__ = ["Driver", "driver", "driver_named"]
+__all__ = ["Driver", "driver", "driver_for_url", "driver_named"]
 
 _DRIVERS: dict[str, Driver] = {}
 
@@ -42,6 +42,17 @@ def driver_named(dialect_name: str) -> Driver:
         raise ValueError(f"Jobdesk runs on PostgreSQL and SQLite, not {dialect_name!r}")
     _DRIVERS[dialect_name] = found
     return found
+
+
+def driver_for_url(url: sa.URL) -> tuple[Driver, sa.URL]:
+    """The driver of a database URL, and the URL with its default DBAPI made explicit
+    (`postgresql://` means psycopg 3 here); ValueError naming an unsupported database."""
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(f"unsupported database {backend!r}")
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return driver_named(backend), url
 
 
 def driver(bind: sa.Connection | sa.Engine) -> Driver:

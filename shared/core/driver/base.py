@@ -19,9 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
+from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import CANCELLABLE, STOPPABLE, JobStatus, sql_values
+from jobdesk.shared.settings import Settings
 
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
 T = TypeVar("T")
@@ -127,6 +129,8 @@ class Driver(ABC):
     locks_rows: ClassVar[bool]
     #: Triggers keep `jobdesk_job_counts` (else counts are read off the jobs).
     keeps_job_counts: ClassVar[bool]
+    #: One statement may write through a data-modifying CTE (and a read carry a write).
+    writes_in_ctes: ClassVar[bool]
 
     # --- the jobs table: the core verbs ----------------------------------------------
     # Every statement that writes `jobdesk_jobs` is in a driver (a test checks it).
@@ -412,6 +416,54 @@ class Driver(ABC):
         mirroring its chunks); the worker's own progress is fenced (`record_progress`)."""
         done = conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(progress=progress))
         return bool(done.rowcount)
+
+    # --- hot paths ------------------------------------------------------------------
+
+    def execute_fast(
+        self, conn: sa.Connection, statement: sa.Executable, params: dict[str, Any]
+    ) -> Any:
+        """Run a prebuilt statement that runs once per job; the result has `fetchone()`
+        (rows as tuples in the statement's column order)."""
+        return conn.execute(statement, params)
+
+    def json_param(self, value: Any) -> Any:
+        """A JSON parameter for `execute_fast`, serialised as the engine does."""
+        return dump_json(value)
+
+    # --- engines and connections ----------------------------------------------------
+
+    @abstractmethod
+    def make_engine(
+        self,
+        url: sa.URL,
+        *,
+        settings: Settings,
+        sqlite_begin: str,
+        pool_size: int,
+        application_name: str,
+        index_plans: bool,
+        idle_in_transaction_seconds: float | None,
+    ) -> sa.Engine:
+        """An engine with the settings a job queue needs on this database (see
+        `shared.core.db.make_engine`)."""
+
+    def is_pooled(self, bind: sa.Connection | sa.Engine) -> bool:
+        """Connections go through a transaction-pooling proxy (PgBouncer)."""
+        return False
+
+    def sets_deadlines_per_transaction(self, bind: sa.Connection | sa.Engine) -> bool:
+        """Statements are bounded only inside a transaction (behind PgBouncer)."""
+        return False
+
+    def autocommits_single_statements(self, bind: sa.Connection | sa.Engine) -> bool:
+        """One-statement work may run in autocommit and keep its deadline."""
+        return False
+
+    def bound_transaction(self, conn: sa.Connection, seconds: float) -> None:
+        """Bound the current transaction's idle time and lock waits to `seconds`, where
+        the database can (nothing on SQLite: one writer at a time, its busy timeout
+        bounds the waiting)."""
+        return
 
     # --- per-database declarations -------------------------------------------------------
 

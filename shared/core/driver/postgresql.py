@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
+from jobdesk.shared.core.driver import postgresql_fast
 from jobdesk.shared.core.driver.base import (
     SelectT,
     TimeUnit,
@@ -19,9 +20,17 @@ from jobdesk.shared.core.driver.base import (
     first_take,
     refilled,
 )
+from jobdesk.shared.core.driver.postgresql_engine import (
+    IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    bound_transaction,
+    is_pooled,
+    make_postgresql_engine,
+    sets_deadlines_per_transaction,
+)
 from jobdesk.shared.core.driver.postgresql_jobs import PostgreSQLJobs
 from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
 from jobdesk.shared.core.sqltypes import UTCDateTime
+from jobdesk.shared.settings import Settings
 
 
 class Explain(Executable, ClauseElement):
@@ -89,6 +98,45 @@ class PostgreSQLDriver(PostgreSQLJobs):
     listens: ClassVar[bool] = True
     locks_rows: ClassVar[bool] = True
     keeps_job_counts: ClassVar[bool] = True
+    writes_in_ctes: ClassVar[bool] = True
+
+    def execute_fast(
+        self, conn: sa.Connection, statement: sa.Executable, params: dict[str, Any]
+    ) -> Any:
+        return postgresql_fast.execute(conn, statement, params)
+
+    def json_param(self, value: Any) -> Any:
+        return postgresql_fast.json_param(value)
+
+    def make_engine(
+        self,
+        url: sa.URL,
+        *,
+        settings: Settings,
+        sqlite_begin: str,
+        pool_size: int,
+        application_name: str,
+        index_plans: bool,
+        idle_in_transaction_seconds: float | None,
+    ) -> sa.Engine:
+        idle_ms = IDLE_IN_TRANSACTION_TIMEOUT_MS
+        if idle_in_transaction_seconds is not None:
+            idle_ms = max(1, int(idle_in_transaction_seconds * 1000))
+        return make_postgresql_engine(
+            url, settings, pool_size, application_name, index_plans, idle_ms
+        )
+
+    def is_pooled(self, bind: sa.Connection | sa.Engine) -> bool:
+        return is_pooled(bind)
+
+    def sets_deadlines_per_transaction(self, bind: sa.Connection | sa.Engine) -> bool:
+        return sets_deadlines_per_transaction(bind)
+
+    def autocommits_single_statements(self, bind: sa.Connection | sa.Engine) -> bool:
+        return not sets_deadlines_per_transaction(bind)
+
+    def bound_transaction(self, conn: sa.Connection, seconds: float) -> None:
+        bound_transaction(conn, seconds)
 
     def insert(self, table: sa.Table) -> pg.Insert:
         return pg.insert(table)

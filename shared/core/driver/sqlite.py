@@ -20,9 +20,11 @@ from jobdesk.shared.core.driver.base import (
     first_take,
     refilled,
 )
+from jobdesk.shared.core.driver.sqlite_engine import make_sqlite_engine
 from jobdesk.shared.core.driver.sqlite_jobs import SQLiteJobs
 from jobdesk.shared.core.payload_terms import payload_terms, term_value
 from jobdesk.shared.core.sqltypes import UTCDateTime
+from jobdesk.shared.settings import Settings
 
 #: Characters of the stored UTC text up to the end of its minute, hour and day.
 _TEXT_WIDTH = {"minute": 16, "hour": 13, "day": 10}
@@ -46,6 +48,20 @@ class SQLiteDriver(SQLiteJobs):
     listens: ClassVar[bool] = False
     locks_rows: ClassVar[bool] = False
     keeps_job_counts: ClassVar[bool] = False
+    writes_in_ctes: ClassVar[bool] = False
+
+    def make_engine(
+        self,
+        url: sa.URL,
+        *,
+        settings: Settings,
+        sqlite_begin: str,
+        pool_size: int,
+        application_name: str,
+        index_plans: bool,
+        idle_in_transaction_seconds: float | None,
+    ) -> sa.Engine:
+        return make_sqlite_engine(url.render_as_string(hide_password=False), sqlite_begin)
 
     def insert(self, table: sa.Table) -> sqlite.Insert:
         return sqlite.insert(table)

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk import enqueue
-from jobdesk.shared.core import driver_sql
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.driver import postgresql_fast
 from jobdesk.shared.core.effects import Reservation, complete_effect, record_effect
 from jobdesk.shared.core.models import effects, jobs
 from jobdesk.shared.limits.breakers import CLOSED, OPEN, record_failure
@@ -83,7 +83,7 @@ def test_times_are_utc_in_any_session_zone(engine: sa.Engine) -> None:
 def test_driver_errors_come_back_as_sqlalchemy_errors(engine: sa.Engine) -> None:
     broken = sa.select(sa.literal_column("no_such_column")).select_from(jobs)
     with engine.connect() as conn, pytest.raises(sa.exc.ProgrammingError):
-        driver_sql.execute(conn, broken, {})
+        postgresql_fast.execute(conn, broken, {})
 
 
 def _effects(engine: sa.Engine) -> list[tuple[str, str, int | None, int | None]]:
