@@ -18,9 +18,12 @@ Every test that takes `engine` (or `conn`) runs twice: on SQLite and on PostgreS
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -139,6 +142,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+#: A statement that writes the jobs table (the driver's verbs are the only writers).
+_JOBS_WRITE = re.compile(
+    r"^\s*(?:WITH\b.*?)?\b(?:UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+jobdesk_jobs\b",
+    re.IGNORECASE | re.DOTALL,
+)
+_PROJECT = Path(__file__).resolve().parents[1]
+_OWN = tuple(f"{_PROJECT / name}{os.sep}" for name in ("shared", "worker", "dashboard", "jobdesk"))
+_DRIVER = f"{_PROJECT / 'shared' / 'core' / 'driver'}{os.sep}"
+_writes: dict[str, bool] = {}
+
+
+def _writer_outside_the_driver() -> str | None:
+    """The innermost Jobdesk frame of the current statement, when it is not the
+    driver's (a test's own plain SQL, like an app's, is fine)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_DRIVER):
+            return None
+        if name.startswith(_OWN):
+            return f"{name}:{frame.f_lineno} ({frame.f_code.co_name})"
+        if name.startswith(f"{_PROJECT / 'tests'}{os.sep}"):
+            return None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+@sa.event.listens_for(sa.engine.Engine, "before_cursor_execute")
+def _only_the_driver_writes_jobs(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> None:
+    """Every statement the suite sends: one that writes `jobdesk_jobs` must come from the
+    driver (`shared/core/driver/`), as `tests/shared/core/driver/test_seam.py` checks on
+    the source."""
+    writes = _writes.get(statement)
+    if writes is None:
+        writes = _writes[statement] = bool(_JOBS_WRITE.search(statement))
+    if writes:
+        culprit = _writer_outside_the_driver()
+        if culprit is not None:
+            raise AssertionError(f"jobdesk_jobs written outside the driver, from {culprit}")
 
 
 @pytest.fixture(autouse=True, scope="session")

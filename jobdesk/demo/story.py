@@ -26,9 +26,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.enqueue import enqueue
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.reports.definitions import ReportDefinition
 
 CRM_ENDPOINT = "crm"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import jobdesk.shared.core.sqltypes
+import jobdesk.shared.core.driver.types
 from jobdesk.shared.core import attempt_cleanup, job_counts, payload_terms
 
 revision: str = "jobdesk_0001"
@@ -37,27 +37,29 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), server_default="open", nullable=False),
         sa.Column(
             "opened_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "last_seen_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
-            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "resolved_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("count", sa.Integer(), server_default=sa.text("1"), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("details", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.Column("notify_key", sa.String(length=200), nullable=True),
         sa.Column("acknowledged_by", sa.String(length=100), nullable=True),
         sa.Column(
             "acknowledged_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
             nullable=True,
         ),
         sa.Column("acknowledged_note", sa.Text(), nullable=True),
@@ -85,8 +87,8 @@ def upgrade() -> None:
         ),
         sa.Column(
             "at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column("actor", sa.String(length=100), nullable=False),
@@ -97,7 +99,7 @@ def upgrade() -> None:
         ),
         sa.Column("subject", sa.String(length=200), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("details", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("details", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.CheckConstraint(
             "action IN ('alert.acknowledge', 'breaker.close', 'breaker.open', 'cancel', 'endpoint.add', 'endpoint.disable', 'endpoint.pause', 'endpoint.resume', 'endpoint.rotate_secret', 'endpoint.set_url', 'fix_retry', 'ignore', 'operator.add', 'operator.disable', 'operator.enable', 'operator.password', 'operator.role', 'queue.pause', 'queue.resume', 'report.cancel', 'report.retry_chunk', 'retry', 'schedule.pause', 'schedule.resume', 'schedule.run')",
             name=op.f("ck_jobdesk_audit_log_action"),
@@ -117,16 +119,16 @@ def upgrade() -> None:
             "consecutive_failures", sa.Integer(), server_default=sa.text("0"), nullable=False
         ),
         sa.Column(
-            "opened_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "opened_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column(
-            "retry_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "retry_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column(
             "updated_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.CheckConstraint(
@@ -147,11 +149,11 @@ def upgrade() -> None:
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
-        sa.Column("detail", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("detail", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.Column("state", sa.String(length=16), server_default="done", nullable=False),
         sa.Column("lease_token", sa.BigInteger(), nullable=True),
         sa.CheckConstraint("state IN ('done', 'reserved')", name=op.f("ck_jobdesk_effects_state")),
@@ -173,7 +175,7 @@ def upgrade() -> None:
         sa.Column("queue", sa.String(length=100), server_default="default", nullable=False),
         sa.Column(
             "payload",
-            jobdesk.shared.core.sqltypes.JSONDocument,
+            jobdesk.shared.core.driver.types.JSONDocument,
             server_default=sa.text("'{}'"),
             nullable=False,
         ),
@@ -183,36 +185,38 @@ def upgrade() -> None:
         sa.Column("max_attempts", sa.Integer(), server_default=sa.text("5"), nullable=False),
         sa.Column(
             "next_run_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
-            "started_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "started_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column(
-            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "finished_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column(
-            "locked_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "locked_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("locked_by", sa.String(length=100), nullable=True),
         sa.Column("lease_token", sa.BigInteger(), nullable=True),
         sa.Column(
             "lease_expires_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
             nullable=True,
         ),
         sa.Column("timeout_seconds", sa.Float(), nullable=True),
@@ -220,20 +224,22 @@ def upgrade() -> None:
         sa.Column("error_fingerprint", sa.String(length=32), nullable=True),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column("group_key", sa.String(length=200), nullable=True),
-        sa.Column("progress", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
-        sa.Column("result", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("progress", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
+        sa.Column("result", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.Column(
             "retried_from_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         ),
         sa.Column("resolution", sa.String(length=16), nullable=True),
         sa.Column("resolved_by", sa.String(length=100), nullable=True),
         sa.Column(
-            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "resolved_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("resolution_reason", sa.Text(), nullable=True),
         sa.Column(
             "cancel_requested_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
             nullable=True,
         ),
         sa.Column("cancelled_by", sa.String(length=100), nullable=True),
@@ -351,12 +357,14 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(length=100), nullable=False),
         sa.Column(
             "acquired_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
-            "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "expires_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=False,
         ),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_leases")),
     )
@@ -369,7 +377,9 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column(
-            "requested_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "requested_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=False,
         ),
         sa.Column("requested_by", sa.String(length=100), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
@@ -381,8 +391,8 @@ def upgrade() -> None:
         sa.Column("paused_by", sa.String(length=100), nullable=False),
         sa.Column(
             "paused_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column("reason", sa.Text(), nullable=False),
@@ -402,12 +412,14 @@ def upgrade() -> None:
         sa.Column("disabled", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
-            "last_login_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "last_login_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("session_epoch", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("timezone", sa.String(length=64), nullable=True),
@@ -424,8 +436,8 @@ def upgrade() -> None:
         sa.Column("tokens", sa.Float(), nullable=False),
         sa.Column(
             "updated_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_jobdesk_rate_limits")),
@@ -440,7 +452,7 @@ def upgrade() -> None:
         ),
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("report", sa.String(length=100), nullable=False),
-        sa.Column("params", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("params", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.Column("requested_by", sa.String(length=100), nullable=True),
         sa.Column("status", sa.String(length=16), server_default="running", nullable=False),
         sa.Column("chunks_total", sa.Integer(), server_default=sa.text("0"), nullable=False),
@@ -451,15 +463,17 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
-            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "finished_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column(
-            "expires_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "expires_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.CheckConstraint(
             "status IN ('assembling', 'cancelled', 'failed', 'running', 'succeeded')",
@@ -481,25 +495,27 @@ def upgrade() -> None:
         sa.Column("previous_secret", sa.String(length=200), nullable=True),
         sa.Column(
             "previous_secret_expires_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
             nullable=True,
         ),
         sa.Column("paused", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column(
-            "paused_until", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "paused_until",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("paused_reason", sa.Text(), nullable=True),
         sa.Column("disabled_reason", sa.Text(), nullable=True),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_webhook_endpoints")),
@@ -510,20 +526,20 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=100), nullable=False),
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
-        sa.Column("queues", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
-        sa.Column("job_types", jobdesk.shared.core.sqltypes.JSONDocument, nullable=True),
+        sa.Column("queues", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
+        sa.Column("job_types", jobdesk.shared.core.driver.types.JSONDocument, nullable=True),
         sa.Column("concurrency", sa.Integer(), nullable=False),
         sa.Column("version", sa.String(length=50), nullable=False),
         sa.Column(
             "started_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "last_seen_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column("stopping", sa.Boolean(), server_default=sa.false(), nullable=False),
@@ -543,8 +559,8 @@ def upgrade() -> None:
         sa.Column("published_by", sa.String(length=100), nullable=False),
         sa.Column(
             "published_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.CheckConstraint(
@@ -569,12 +585,12 @@ def upgrade() -> None:
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("worker_id", sa.String(length=100), nullable=True),
         sa.Column(
-            "started_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "started_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column(
             "finished_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column("outcome", sa.String(length=16), nullable=False),
@@ -608,11 +624,11 @@ def upgrade() -> None:
         sa.Column("run_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("chunk_index", sa.Integer(), nullable=False),
         sa.Column("rows", sa.Integer(), nullable=False),
-        sa.Column("data", jobdesk.shared.core.sqltypes.JSONDocument, nullable=False),
+        sa.Column("data", jobdesk.shared.core.driver.types.JSONDocument, nullable=False),
         sa.Column(
             "created_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -640,8 +656,8 @@ def upgrade() -> None:
         sa.Column("url", sa.Text(), nullable=False),
         sa.Column(
             "at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column("status_code", sa.Integer(), nullable=True),
@@ -668,7 +684,7 @@ def upgrade() -> None:
         sa.Column("job_type", sa.String(length=100), nullable=False),
         sa.Column(
             "payload",
-            jobdesk.shared.core.sqltypes.JSONDocument,
+            jobdesk.shared.core.driver.types.JSONDocument,
             server_default=sa.text("'{}'"),
             nullable=False,
         ),
@@ -678,10 +694,14 @@ def upgrade() -> None:
         sa.Column("catch_up", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("description", sa.Text(), nullable=False),
         sa.Column(
-            "next_run_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "next_run_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=False,
         ),
         sa.Column(
-            "last_slot_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "last_slot_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column(
             "last_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
@@ -689,19 +709,19 @@ def upgrade() -> None:
         sa.Column("paused", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("paused_by", sa.String(length=100), nullable=True),
         sa.Column(
-            "paused_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "paused_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("paused_reason", sa.Text(), nullable=True),
         sa.Column(
             "declared_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True),
-            server_default=jobdesk.shared.core.sqltypes.utcnow(),
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            server_default=jobdesk.shared.core.driver.types.utcnow(),
             nullable=False,
         ),
         sa.CheckConstraint(
@@ -729,10 +749,14 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column(
-            "created_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "created_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=False,
         ),
         sa.Column(
-            "finished_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "finished_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column(
@@ -741,11 +765,13 @@ def upgrade() -> None:
         sa.Column("resolution", sa.String(length=16), nullable=True),
         sa.Column("resolved_by", sa.String(length=100), nullable=True),
         sa.Column(
-            "resolved_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "resolved_at",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column("resolution_reason", sa.Text(), nullable=True),
         sa.Column(
-            "pruned_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "pruned_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=False
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobdesk_job_tombstones")),
     )
@@ -757,7 +783,7 @@ def upgrade() -> None:
     op.create_table(
         "jobdesk_history_minutes",
         sa.Column(
-            "minute", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False
+            "minute", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=False
         ),
         sa.Column("queue", sa.String(length=100), nullable=False),
         sa.Column("job_type", sa.String(length=100), nullable=False),
@@ -773,7 +799,9 @@ def upgrade() -> None:
     )
     op.create_table(
         "jobdesk_history_hours",
-        sa.Column("hour", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "hour", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.Column("queue", sa.String(length=100), nullable=False),
         sa.Column("job_type", sa.String(length=100), nullable=False),
         sa.Column("processed", sa.Integer(), server_default=sa.text("0"), nullable=False),
@@ -791,10 +819,12 @@ def upgrade() -> None:
             "last_attempt_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
         ),
         sa.Column(
-            "settled_before", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "settled_before",
+            jobdesk.shared.core.driver.types.UTCDateTime(timezone=True),
+            nullable=True,
         ),
         sa.Column(
-            "rolled_at", jobdesk.shared.core.sqltypes.UTCDateTime(timezone=True), nullable=True
+            "rolled_at", jobdesk.shared.core.driver.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_jobdesk_history_watermark")),
     )

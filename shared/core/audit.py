@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from jobdesk.shared.core.driver.types import JSONDocument, utcnow
 from jobdesk.shared.core.models import KEY_LENGTH, NAME_LENGTH, Base, BigId, in_list, table_of
-from jobdesk.shared.core.sqltypes import JSONDocument, utcnow
 
 __all__ = ["AuditAction", "AuditEntry", "audit_log", "record", "record_many"]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.sqltypes import utcnow
+from jobdesk.shared.core.driver.types import utcnow
 
 RESYNC_INTERVAL = timedelta(minutes=1)
 

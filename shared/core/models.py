@@ -25,7 +25,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from jobdesk.shared.core.sqltypes import JSONDocument, UTCDateTime, utcnow
+from jobdesk.shared.core.driver.types import JSONDocument, UTCDateTime, utcnow
 from jobdesk.shared.core.states import (
     ALL_STATUSES,
     CLAIMABLE,

@@ -8,8 +8,8 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from jobdesk.shared.core.driver.types import utcnow
 from jobdesk.shared.core.models import KEY_LENGTH, Base, in_list, table_of
-from jobdesk.shared.core.sqltypes import utcnow
 
 
 class BreakerState(StrEnum):

@@ -41,9 +41,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import WAITING_WEBHOOK_SQL, jobs, queue_pauses
 from jobdesk.shared.core.queues import QueuePause, paused_queues
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers, rate_limits
 from jobdesk.shared.operator.filters import HOLD_FILTERS

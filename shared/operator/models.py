@@ -8,8 +8,8 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from jobdesk.shared.core.driver.types import utcnow
 from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, in_list, table_of
-from jobdesk.shared.core.sqltypes import utcnow
 from jobdesk.shared.operator.zones import ZONE_MAX_CHARS
 
 #: The unique index that makes usernames case-insensitive (migration jobdesk_0002).

@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.documents import decode_document
 from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.models import job_attempts, jobs
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.audit import AuditRow, entries_for_job

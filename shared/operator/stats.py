@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core import job_counts
 from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.metrics_queries import (
     dead_since,

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.alerts.models import AlertStatus, alerts
 from jobdesk.shared.core.audit import audit_log
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.reports.models import report_runs
@@ -98,7 +99,7 @@ def prune_jobs_batch(
         return Batch(0, None)
     _bury(conn, ids, guard, status, now or older_than)
     _hand_effects_to_retries(conn, ids)
-    deleted = _delete_ids(conn, jobs, ids, guard)
+    deleted = driver(conn).prune_jobs(conn, ids, guard)
     return Batch(deleted, ids[-1], _delete_effects_of_deleted(conn, ids))
 
 

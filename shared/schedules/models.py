@@ -8,8 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from jobdesk.shared.core.driver.types import JSONDocument, utcnow
 from jobdesk.shared.core.models import NAME_LENGTH, Base, BigId, table_of
-from jobdesk.shared.core.sqltypes import JSONDocument, utcnow
 
 
 class Schedule(Base):

@@ -21,11 +21,11 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.driver import driver, driver_named
+from jobdesk.shared.core.driver.types import JSONDocument
 from jobdesk.shared.core.driver_sql import BatchedWrite
 from jobdesk.shared.core.effects import check_effect_key, complete_effect
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import EffectState, effects, jobs
-from jobdesk.shared.core.sqltypes import JSONDocument
 from jobdesk.shared.webhooks.models import webhook_deliveries
 
 EXCERPT_CHARS = 2000

@@ -7,8 +7,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from jobdesk.shared.core.driver.types import utcnow
 from jobdesk.shared.core.models import KEY_LENGTH, NAME_LENGTH, Base, BigId, table_of
-from jobdesk.shared.core.sqltypes import utcnow
 
 
 class WebhookEndpoint(Base):

@@ -34,9 +34,9 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.driver import driver, driver_named
+from jobdesk.shared.core.driver.types import utcnow
 from jobdesk.shared.core.effects import Reservation, reserve_effect
 from jobdesk.shared.core.models import EffectState, effects, jobs
-from jobdesk.shared.core.sqltypes import utcnow
 from jobdesk.shared.limits.breakers import CLOSED, BreakerView
 from jobdesk.shared.limits.models import circuit_breakers
 from jobdesk.shared.webhooks.deliveries import DeliveryOrigin

@@ -14,11 +14,14 @@ or async.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 
-from jobdesk.shared.core.driver.base import Driver
+if TYPE_CHECKING:  # imported with the drivers: the schema imports this package's types
+    from jobdesk.shared.core.driver.base import Driver
 
-__all__ = ["Driver", "driver", "driver_for_url", "driver_named"]
+__all__ = ["driver", "driver_for_url", "driver_named"]
 
 _DRIVERS: dict[str, Driver] = {}
 
@@ -28,8 +31,8 @@ def driver_named(dialect_name: str) -> Driver:
     found = _DRIVERS.get(dialect_name)
     if found is not None:
         return found
-    # Imported on first use: the implementations name tables of modules (payload terms)
-    # that themselves ask the driver for their per-database triggers.
+    # Imported on first use: the implementations name the schema's tables, and the
+    # schema imports this package's column types (and asks it for its triggers).
     if dialect_name == "postgresql":
         from jobdesk.shared.core.driver.postgresql import PostgreSQLDriver
 

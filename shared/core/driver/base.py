@@ -20,8 +20,8 @@ from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
 from jobdesk.shared.core.db import dump_json
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import job_attempts, jobs
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.core.states import CANCELLABLE, STOPPABLE, JobStatus, sql_values
 from jobdesk.shared.settings import Settings
 
@@ -268,6 +268,16 @@ class Driver(ABC):
                 error_fingerprint=fingerprint,
             )
         )
+
+    def prune_jobs(
+        self, conn: sa.Connection, ids: Sequence[int], still: sa.ColumnElement[bool]
+    ) -> int:
+        """Prune: delete the jobs of `ids` for which `still` holds (retention's guard,
+        re-checked at delete time); their attempts go with them (triggers). How many."""
+        if not ids:
+            return 0
+        result = conn.execute(sa.delete(jobs).where(jobs.c.id.in_(list(ids)), still))
+        return int(result.rowcount or 0)
 
     # --- the operator's verbs (each caller writes its audit rows) ------------------------
 

@@ -28,8 +28,8 @@ from jobdesk.shared.core.driver.postgresql_engine import (
     sets_deadlines_per_transaction,
 )
 from jobdesk.shared.core.driver.postgresql_jobs import PostgreSQLJobs
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.settings import Settings
 
 

@@ -22,8 +22,8 @@ from jobdesk.shared.core.driver.base import (
 )
 from jobdesk.shared.core.driver.sqlite_engine import make_sqlite_engine
 from jobdesk.shared.core.driver.sqlite_jobs import SQLiteJobs
+from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.payload_terms import payload_terms, term_value
-from jobdesk.shared.core.sqltypes import UTCDateTime
 from jobdesk.shared.settings import Settings
 
 #: Characters of the stored UTC text up to the end of its minute, hour and day.

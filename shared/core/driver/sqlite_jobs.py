@@ -39,8 +39,8 @@ from jobdesk.shared.core.driver.jobs_sql import (
     SUCCEEDED_OUTCOME,
     SUCCEEDED_SET,
 )
+from jobdesk.shared.core.driver.types import SQLITE_TIMESTAMP_FORMAT, utcnow
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.core.sqltypes import SQLITE_TIMESTAMP_FORMAT, utcnow
 from jobdesk.shared.core.states import JobStatus
 
 #: Rows per multi-row statement (well under SQLite's bound-variable limit).
