@@ -188,10 +188,10 @@ class Driver(ABC):
     def fail_jobs(
         self, conn: sa.Connection, failures: Sequence[Failure], *, now: datetime
     ) -> dict[int, JobStatus]:
-        """Fail (and rescue, which is failing a lost attempt): `failed` until the retry,
-        `dead` without one or with the attempts spent, `cancelled` when an operator asked;
-        the attempt rows written. Returns the new status of each job written (a lost
-        lease is left out)."""
+        """Fail (and rescue, which is failing a lost attempt; one failure per job):
+        `failed` until the retry, `dead` without one or with the attempts spent,
+        `cancelled` when an operator asked; the attempt rows written. Returns the new
+        status of each job written (a lost lease is left out)."""
 
     @abstractmethod
     def renew_leases(

@@ -204,7 +204,7 @@ WITH f AS MATERIALIZED (
      WHERE jobdesk_jobs.id = ANY(ARRAY(SELECT id FROM f)) AND jobdesk_jobs.id = f.id
        AND jobdesk_jobs.status = '{RUNNING}'
        AND jobdesk_jobs.lease_token IS NOT DISTINCT FROM f.token
-    RETURNING jobdesk_jobs.id, jobdesk_jobs.status
+    RETURNING jobdesk_jobs.id, jobdesk_jobs.status, f.token
 ), attempts AS (
     INSERT INTO jobdesk_job_attempts
            (job_id, attempt, worker_id, started_at, finished_at, outcome, error,
@@ -212,7 +212,7 @@ WITH f AS MATERIALIZED (
     SELECT f.id, f.attempt, f.worker, f.started_at, CAST(:now AS timestamptz),
            CASE WHEN done.status = '{CANCELLED}' THEN '{CANCELLED_OUTCOME}' ELSE f.outcome END,
            f.error, CASE WHEN done.status = '{CANCELLED}' THEN NULL ELSE f.fingerprint END
-      FROM done JOIN f ON f.id = done.id
+      FROM done JOIN f ON f.id = done.id AND f.token IS NOT DISTINCT FROM done.token
 )
 SELECT id, status FROM done
 """
