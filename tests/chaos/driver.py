@@ -55,7 +55,7 @@ from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
 from tests.chaos.latency import LatencyRelay
 from tests.chaos.netlab import DB_ADDRESS, SUBNET, NetLab
-from tests.chaos.partitions import Partitions, running_jobs
+from tests.chaos.partitions import Partitions, finished_since, running_jobs
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
@@ -485,7 +485,9 @@ class ChaosRun:
             self._log(f"hosts {parts.degraded}: link restored")
         elif event.kind == "cut":
             cut = event.arg
-            busy = any(c.host == cut.host and not c.healed_at for c in parts.done)
+            busy = parts.settling(
+                cut.host, lambda since: finished_since(engine, fleet, cut.host, since)
+            )
             log = fleet.slots[cut.host].log
             if busy or not parts.cut(cut, lambda h: running_jobs(engine, fleet, h), log):
                 heapq.heappush(events, Event(now + 0.2, "cut", cut))

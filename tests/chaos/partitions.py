@@ -13,7 +13,8 @@ Host roles (profile `hosts` = N, one worker per host, `tests.chaos.netlab`):
 - the others take turns being cut off: `cuts` link-down cuts and `one_way_cuts`
   asymmetric ones (database→host dropped, then host→database), each `cut_seconds`
   long — past the lease — and then healed. A cut waits (up to 5 s) for its host to
-  hold a running job so there is something to rescue.
+  hold a running job so there is something to rescue, and a host's next cut waits until
+  it finished a job after its previous heal (up to `resume_limit`).
 
 Per cut, expected and checked: the host held jobs and the other hosts rescued them
 (`lost` attempts of that host's worker) within lease + leader hand-over + hold-back
@@ -34,7 +35,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,20 @@ class Partitions:
         cut.log_offset = log.stat().st_size if log.exists() else 0
         self.done.append(cut)
         return True
+
+    def settling(self, host: int, finished_since: Callable[[float], bool]) -> bool:
+        """True while the host's last cut is not healed, or healed but the host has not
+        finished a job since (for up to `resume_limit`): its next cut waits, so that each
+        cut's rescue and resume are measured alone rather than through the next cut."""
+        previous = [c for c in self.done if c.host == host]
+        if not previous:
+            return False
+        last = previous[-1]
+        if not last.healed_at:
+            return True
+        if time.time() - last.healed_at >= self.resume_limit:
+            return False
+        return not finished_since(last.healed_at)
 
     def heal(self, cut: Cut) -> None:
         if cut.kind == "link down":
@@ -339,6 +354,28 @@ def running_jobs(engine: sa.Engine, fleet: Fleet, host: int) -> int:
             )
     except sa.exc.DBAPIError:
         return -1
+
+
+def finished_since(engine: sa.Engine, fleet: Fleet, host: int, since: float) -> bool:
+    """Whether the host's current worker finished an attempt (not a rescue) since
+    `since` (epoch seconds); False when the database cannot say."""
+    pids = fleet.slots[host].pids
+    if not pids:
+        return False
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.select(job_attempts.c.id)
+                .where(
+                    job_attempts.c.worker_id.like(f"%:{pids[-1]}:%"),
+                    job_attempts.c.outcome != "lost",
+                    job_attempts.c.finished_at >= datetime.fromtimestamp(since, UTC),
+                )
+                .limit(1)
+            ).first()
+    except sa.exc.DBAPIError:
+        return False
+    return found is not None
 
 
 def _fenced_between(log: Path, start: int, end: int | None) -> int:
