@@ -9,13 +9,12 @@ from typing import Any
 from flask import Blueprint, request, url_for
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.navigation import back
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.alerts.models import AlertStatus
-from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.operator.filters import parse_positive_int
 from jobdesk.shared.operator.live import new_alerts, newest_alert_id
 from jobdesk.shared.operator.models import Role
@@ -74,19 +73,16 @@ def news() -> Any:
 
 @bp.post("/alerts/<jobdesk_id:alert_id>/acknowledge")
 @auth.requires(Role.OPERATOR)
-def acknowledge(alert_id: int) -> Any:
-    fallback = url_for("jobdesk.alerts.index")
+@action("jobdesk.alerts.index", refused="Not acknowledged")
+def acknowledge(alert_id: int) -> Done:
     try:
         text = check_reason(request.form.get("note"), required=True)
     except ValidationError as exc:
-        note(f"Not acknowledged: the note {exc.message}", "error")
-        return back(fallback)
+        raise ValidationError("note", exc.message) from exc
     with db.write() as conn:
         found = alert_store.acknowledge_alert(
             conn, alert_id, actor=auth.actor(), note=text or "", now=db.now(conn)
         )
-    if found:
-        note(f"Acknowledged alert #{alert_id}.", "success")
-    else:
-        note(f"Alert #{alert_id} does not exist.", "error")
-    return back(fallback)
+    if not found:
+        raise NotFoundError(f"alert #{alert_id} does not exist")
+    return Done(f"Acknowledged alert #{alert_id}.")

@@ -6,16 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, request
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.navigation import back
-from jobdesk.shared.core import audit
-from jobdesk.shared.core.audit import AuditAction
-from jobdesk.shared.core.errors import NotFoundError, ValidationError
-from jobdesk.shared.limits.breakers import breaker_state, close_breaker, list_breakers
+from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.limits.breakers import close_breaker_for, list_breakers
 from jobdesk.shared.operator.fleet import delivery_health
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
@@ -67,71 +64,42 @@ def index() -> Any:
     )
 
 
-def _fallback() -> str:
-    return url_for("jobdesk.endpoints.index")
-
-
 @bp.post("/endpoints/<name>/pause")
 @auth.requires(Role.ADMIN)
-def pause(name: str) -> Any:
-    try:
-        reason = check_reason(request.form.get("reason"), required=True)
-        duration_key = request.form.get("duration", "")
-        if duration_key not in PAUSE_DURATIONS:
-            raise ValidationError("duration", f"must be one of {', '.join(PAUSE_DURATIONS)}")
-        with db.write() as conn:
-            now = db.now(conn)
-            duration = PAUSE_DURATIONS[duration_key]
-            pause_endpoint(
-                conn,
-                name,
-                actor=auth.actor(),
-                reason=reason,
-                until=now + duration if duration else None,
-                now=now,
-            )
-    except ValidationError as exc:
-        note(f"Endpoint not paused: the {exc.field} {exc.message}", "error")
-        return back(_fallback())
-    except NotFoundError as exc:
-        note(f"Endpoint not paused: {exc}", "error")
-        return back(_fallback())
-    note(f"Paused endpoint {name}; its deliveries wait without using attempts.", "success")
-    return back(_fallback())
+@action("jobdesk.endpoints.index", refused="Endpoint not paused")
+def pause(name: str) -> Done:
+    reason = check_reason(request.form.get("reason"), required=True)
+    duration_key = request.form.get("duration", "")
+    if duration_key not in PAUSE_DURATIONS:
+        raise ValidationError("duration", f"must be one of {', '.join(PAUSE_DURATIONS)}")
+    with db.write() as conn:
+        now = db.now(conn)
+        duration = PAUSE_DURATIONS[duration_key]
+        pause_endpoint(
+            conn,
+            name,
+            actor=auth.actor(),
+            reason=reason,
+            until=now + duration if duration else None,
+            now=now,
+        )
+    return Done(f"Paused endpoint {name}; its deliveries wait without using attempts.")
 
 
 @bp.post("/endpoints/<name>/resume")
 @auth.requires(Role.ADMIN)
-def resume(name: str) -> Any:
-    try:
-        with db.write() as conn:
-            released = resume_endpoint(conn, name, actor=auth.actor(), now=db.now(conn))
-    except NotFoundError as exc:
-        note(f"Endpoint not resumed: {exc}", "error")
-        return back(_fallback())
-    note(f"Resumed endpoint {name}; released {released:,} waiting deliveries.", "success")
-    return back(_fallback())
+@action("jobdesk.endpoints.index", refused="Endpoint not resumed")
+def resume(name: str) -> Done:
+    with db.write() as conn:
+        released = resume_endpoint(conn, name, actor=auth.actor(), now=db.now(conn))
+    return Done(f"Resumed endpoint {name}; released {released:,} waiting deliveries.")
 
 
 @bp.post("/breakers/close")
 @auth.requires(Role.ADMIN)
-def close() -> Any:
+@action("jobdesk.endpoints.index", refused="Circuit breaker not closed")
+def close() -> Done:
     key = (request.form.get("key") or "").strip()
     with db.write() as conn:
-        now = db.now(conn)
-        known = {view.key for view in list_breakers(conn)}
-        if key not in known:
-            note("No circuit breaker with that key.", "error")
-            return back(_fallback())
-        before = breaker_state(conn, key, now)
-        close_breaker(conn, key, now)
-        audit.record(
-            conn,
-            actor=auth.actor(),
-            action=AuditAction.BREAKER_CLOSE,
-            subject=key,
-            now=now,
-            details={"was": before.state, "consecutive_failures": before.consecutive_failures},
-        )
-    note(f"Closed circuit breaker {key}; attempts flow again.", "success")
-    return back(_fallback())
+        close_breaker_for(conn, key, actor=auth.actor(), now=db.now(conn))
+    return Done(f"Closed circuit breaker {key}; attempts flow again.")

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
-from jobdesk.dashboard.navigation import back
+from jobdesk.dashboard.actions import Done, action
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
 from jobdesk.shared.operator.accounts import (
@@ -67,11 +66,6 @@ def _fallback() -> str:
     return url_for("jobdesk.operators.index")
 
 
-def _refused(verb: str, username: str, why: object) -> Any:
-    note(f"Account {username} not {verb}: {why}.", "error")
-    return back(_fallback())
-
-
 @bp.get("/operators")
 @auth.requires(Role.ADMIN)
 def index() -> Any:
@@ -80,6 +74,7 @@ def index() -> Any:
 
 @bp.post("/operators")
 @auth.requires(Role.ADMIN)
+@action("jobdesk.operators.index", refused="Account not added", catches=())
 def add() -> Any:
     username = (request.form.get("username") or "").strip()
     role = request.form.get("role") or ""
@@ -110,68 +105,57 @@ def add() -> Any:
     if problems:
         body = _page({"add": problems}, {"username": username, "role": role})
         return body, UNPROCESSABLE
-    note(f"Added {account.username} as {account.role}; they can log in now.", "success")
-    return redirect(_fallback(), code=303)
+    return Done(f"Added {account.username} as {account.role}; they can log in now.", to=_fallback())
 
 
 @bp.post("/operators/<username>/role")
 @auth.requires(Role.ADMIN)
-def change_role(username: str) -> Any:
+@action("jobdesk.operators.index", refused=lambda username: f"Account {username} not changed")
+def change_role(username: str) -> Done:
     role = request.form.get("role") or ""
-    try:
-        with db.write() as conn:
-            before = require_operator(conn, username).role
-            account = set_role(
-                conn, username, role, now=db.now(conn), actor=auth.actor(), keep_an_admin=True
-            )
-    except ValidationError as exc:
-        return _refused("changed", username, f"the {exc.field} {exc.message}")
-    except (NotFoundError, ConflictError) as exc:
-        return _refused("changed", username, exc)
+    with db.write() as conn:
+        before = require_operator(conn, username).role
+        account = set_role(
+            conn, username, role, now=db.now(conn), actor=auth.actor(), keep_an_admin=True
+        )
     if before == account.role:
-        note(f"{username} is already {account.role}; nothing changed.", "info")
-        return back(_fallback())
-    note(f"{username} is now {account.role} (was {before}), from their next click.", "success")
+        return Done(f"{username} is already {account.role}; nothing changed.", "info")
+    changed = f"{username} is now {account.role} (was {before}), from their next click."
     if account.username == auth.actor() and account.role != Role.ADMIN:
         # This page is for admins: the next one is the overview.
-        return redirect(url_for("jobdesk.overview.index"), code=303)
-    return back(_fallback())
+        return Done(changed, to=url_for("jobdesk.overview.index"))
+    return Done(changed)
 
 
 @bp.post("/operators/<username>/disable")
 @auth.requires(Role.ADMIN)
-def disable(username: str) -> Any:
+@action("jobdesk.operators.index", refused=lambda username: f"Account {username} not disabled")
+def disable(username: str) -> Done:
     if username.lower() == auth.actor().lower():
-        return _refused(
-            "disabled",
-            username,
-            "it is the account you are signed in with; another admin can disable it",
+        raise ConflictError(
+            "it is the account you are signed in with; another admin can disable it"
         )
-    try:
-        with db.write() as conn:
-            set_disabled(
-                conn, username, True, now=db.now(conn), actor=auth.actor(), keep_an_admin=True
-            )
-    except (NotFoundError, ConflictError) as exc:
-        return _refused("disabled", username, exc)
-    note(f"Disabled {username}; every session of the account has ended.", "success")
-    return back(_fallback())
+    with db.write() as conn:
+        set_disabled(conn, username, True, now=db.now(conn), actor=auth.actor(), keep_an_admin=True)
+    return Done(f"Disabled {username}; every session of the account has ended.")
 
 
 @bp.post("/operators/<username>/enable")
 @auth.requires(Role.ADMIN)
-def enable(username: str) -> Any:
-    try:
-        with db.write() as conn:
-            set_disabled(conn, username, False, now=db.now(conn), actor=auth.actor())
-    except NotFoundError as exc:
-        return _refused("enabled", username, exc)
-    note(f"Enabled {username}; they log in again with their password.", "success")
-    return back(_fallback())
+@action("jobdesk.operators.index", refused=lambda username: f"Account {username} not enabled")
+def enable(username: str) -> Done:
+    with db.write() as conn:
+        set_disabled(conn, username, False, now=db.now(conn), actor=auth.actor())
+    return Done(f"Enabled {username}; they log in again with their password.")
 
 
 @bp.post("/operators/<username>/password")
 @auth.requires(Role.ADMIN)
+@action(
+    "jobdesk.operators.index",
+    refused=lambda username: f"Account {username} not changed",
+    catches=(NotFoundError,),
+)
 def reset_password(username: str) -> Any:
     password = request.form.get("password") or ""
     try:
@@ -180,8 +164,6 @@ def reset_password(username: str) -> Any:
             account = set_password(conn, username, password, now=db.now(conn), actor=auth.actor())
     except ValidationError as exc:
         return _page({f"password:{username}": {exc.field: exc.message}}), UNPROCESSABLE
-    except NotFoundError as exc:
-        return _refused("changed", username, exc)
     identity = auth.current()
     if (
         identity is not None
@@ -191,7 +173,5 @@ def reset_password(username: str) -> Any:
         # The reset ended every session of the account, this one too: carry on in a new
         # one (the other devices stay signed out).
         auth.start_session(account)
-        note("Your password is changed; your other sessions have ended.", "success")
-    else:
-        note(f"Password of {username} reset; their open sessions have ended.", "success")
-    return back(_fallback())
+        return Done("Your password is changed; your other sessions have ended.")
+    return Done(f"Password of {username} reset; their open sessions have ended.")

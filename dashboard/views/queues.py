@@ -7,15 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, request
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.navigation import back
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
-from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.queues import pause_queue, resume_queue
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.models import Role
@@ -46,35 +44,24 @@ def index() -> Any:
     )
 
 
-def _fallback() -> str:
-    return url_for("jobdesk.queues.index")
-
-
-def _act(name: str, verb: str, change: Callable[..., Any], done: str) -> Any:
-    """Pause or resume queue `name` with the form's reason; the outcome as a flash."""
-    try:
-        with db.write() as conn:
-            change(conn, name, actor=auth.actor(), reason=request.form.get("reason"),
-                   now=db.now(conn))  # fmt: skip
-    except ValidationError as exc:
-        note(f"Queue {name} not {verb}: the {exc.field} {exc.message}", "error")
-        return back(_fallback())
-    note(done, "success")
-    return back(_fallback())
+def _change(name: str, change: Callable[..., Any]) -> None:
+    """Pause or resume queue `name` with the form's reason."""
+    with db.write() as conn:
+        change(conn, name, actor=auth.actor(), reason=request.form.get("reason"),
+               now=db.now(conn))  # fmt: skip
 
 
 @bp.post("/queues/<name>/pause")
 @auth.requires(Role.OPERATOR)
-def pause(name: str) -> Any:
-    return _act(
-        name, "paused", pause_queue,
-        f"Paused queue {name}: no worker claims its jobs until it is resumed.",
-    )  # fmt: skip
+@action("jobdesk.queues.index", refused=lambda name: f"Queue {name} not paused")
+def pause(name: str) -> Done:
+    _change(name, pause_queue)
+    return Done(f"Paused queue {name}: no worker claims its jobs until it is resumed.")
 
 
 @bp.post("/queues/<name>/resume")
 @auth.requires(Role.OPERATOR)
-def resume(name: str) -> Any:
-    return _act(
-        name, "resumed", resume_queue, f"Resumed queue {name}; workers claim its jobs again."
-    )
+@action("jobdesk.queues.index", refused=lambda name: f"Queue {name} not resumed")
+def resume(name: str) -> Done:
+    _change(name, resume_queue)
+    return Done(f"Resumed queue {name}; workers claim its jobs again.")

@@ -7,14 +7,12 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, request
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.navigation import back
 from jobdesk.dashboard.viewer_zone import viewer_zone
-from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.zones import local_text
@@ -48,49 +46,29 @@ def index() -> Any:
     )
 
 
-def _fallback() -> str:
-    return url_for("jobdesk.schedules.index")
-
-
-def _act(name: str, verb: str, action: Any) -> Any:
-    try:
-        with db.write() as conn:
-            done = action(conn, db.now(conn))
-    except (ValidationError, NotFoundError) as exc:
-        detail = f"the {exc.field} {exc.message}" if isinstance(exc, ValidationError) else exc
-        note(f"Schedule {name} not {verb}: {detail}", "error")
-        return None
-    return done
-
-
 @bp.post("/schedules/<name>/pause")
 @auth.requires(Role.OPERATOR)
-def pause_schedule(name: str) -> Any:
-    reason = request.form.get("reason")
-    done = _act(
-        name,
-        "paused",
-        lambda conn, now: pause(conn, name, actor=auth.actor(), reason=reason, now=now),
-    )
-    if done is not None:
-        note(f"Paused schedule {name}; it fires again when resumed.", "success")
-    return back(_fallback())
+@action("jobdesk.schedules.index", refused=lambda name: f"Schedule {name} not paused")
+def pause_schedule(name: str) -> Done:
+    with db.write() as conn:
+        pause(conn, name, actor=auth.actor(), reason=request.form.get("reason"), now=db.now(conn))
+    return Done(f"Paused schedule {name}; it fires again when resumed.")
 
 
 @bp.post("/schedules/<name>/resume")
 @auth.requires(Role.OPERATOR)
-def resume_schedule(name: str) -> Any:
-    done = _act(name, "resumed", lambda conn, now: resume(conn, name, actor=auth.actor(), now=now))
-    if done is not None:
-        next_run = local_text(done.next_run_at, viewer_zone().zone, seconds=False)
-        note(f"Resumed schedule {name}; next run {next_run}.", "success")
-    return back(_fallback())
+@action("jobdesk.schedules.index", refused=lambda name: f"Schedule {name} not resumed")
+def resume_schedule(name: str) -> Done:
+    with db.write() as conn:
+        done = resume(conn, name, actor=auth.actor(), now=db.now(conn))
+    next_run = local_text(done.next_run_at, viewer_zone().zone, seconds=False)
+    return Done(f"Resumed schedule {name}; next run {next_run}.")
 
 
 @bp.post("/schedules/<name>/run")
 @auth.requires(Role.OPERATOR)
-def run_schedule(name: str) -> Any:
-    done = _act(name, "run", lambda conn, now: run_now(conn, name, actor=auth.actor(), now=now))
-    if done is not None:
-        note(f"Enqueued job #{done} for schedule {name}.", "success")
-    return back(_fallback())
+@action("jobdesk.schedules.index", refused=lambda name: f"Schedule {name} not run")
+def run_schedule(name: str) -> Done:
+    with db.write() as conn:
+        job_id = run_now(conn, name, actor=auth.actor(), now=db.now(conn))
+    return Done(f"Enqueued job #{job_id} for schedule {name}.")

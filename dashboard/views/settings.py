@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, Refused, action
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.viewer_zone import browser_zone, viewer_zone
 from jobdesk.shared.core.errors import ValidationError
@@ -63,19 +63,18 @@ def index() -> Any:
 
 @bp.post("/settings")
 @auth.requires(Role.VIEWER)
+@action("jobdesk.settings.index", refused="Not saved")
 def save() -> Any:
     raw = (request.form.get("timezone") or "").strip()
     try:
         zone = check_timezone(raw) if raw else None
     except ValidationError as exc:
         return _page(exc.message, raw), UNPROCESSABLE
+    here = url_for("jobdesk.settings.index")
     with db.write() as conn:
         if _own_account(conn) is None:
-            note("Your sign-in has no dashboard account to keep a setting on.", "error")
-            return redirect(url_for("jobdesk.settings.index"), code=303)
+            raise Refused("Your sign-in has no dashboard account to keep a setting on.", to=here)
         set_timezone(conn, auth.actor(), zone)
     if zone is None:
-        note("Times now follow your browser's time zone.", "success")
-    else:
-        note(f"Times are now shown in {zone}.", "success")
-    return redirect(url_for("jobdesk.settings.index"), code=303)
+        return Done("Times now follow your browser's time zone.", to=here)
+    return Done(f"Times are now shown in {zone}.", to=here)

@@ -6,15 +6,17 @@ lost race (another operator acted first) reloads the job with the reason."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from jobdesk.dashboard import auth, db
-from jobdesk.dashboard.flashes import note
+from jobdesk.dashboard.actions import Done, Refused, action
 from jobdesk.dashboard.forms import parse_bulk_selection, parse_payload_text
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.navigation import back, safe_target
+from jobdesk.dashboard.navigation import safe_target
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.templating import plural
 from jobdesk.shared.core.errors import ConflictError, ValidationError
@@ -33,20 +35,21 @@ def _job_url(job_id: int) -> str:
     return url_for("jobdesk.jobs.detail", job_id=job_id)
 
 
-def _conflict(job_id: int, exc: ConflictError) -> Any:
-    note(f"Nothing changed: {exc}. The page shows the current state.", "error")
-    return back(_job_url(job_id)) if request.form.get("next") else _redirect(job_id)
-
-
-def _redirect(job_id: int) -> Any:
-    return redirect(_job_url(job_id), code=303)
+@contextmanager
+def _lost_race() -> Iterator[None]:
+    """Another operator acted first: nothing changed, and the job's page says why."""
+    try:
+        yield
+    except ConflictError as exc:
+        raise Refused(f"Nothing changed: {exc}. The page shows the current state.") from exc
 
 
 @bp.post("/jobs/<jobdesk_id:job_id>/retry")
 @auth.requires(Role.OPERATOR)
-def retry(job_id: int) -> Any:
+@action(_job_url, refused="Not retried", catches=())
+def retry(job_id: int) -> Done:
     try:
-        with db.write() as conn:
+        with _lost_race(), db.write() as conn:
             new_id = triage.retry_dead(
                 conn,
                 job_id,
@@ -54,43 +57,30 @@ def retry(job_id: int) -> Any:
                 reason=request.form.get("reason"),
                 now=db.now(conn),
             )
-    except ConflictError as exc:
-        return _conflict(job_id, exc)
-    except ValidationError as exc:
-        note(f"Not retried: {exc.message}", "error")
-        return back(_job_url(job_id))
-    note(
+    except ValidationError as exc:  # its message reads whole (an unknown job type)
+        raise Refused(f"Not retried: {exc.message}") from exc
+    return Done(
         f"Requeued job #{job_id} as new job #{new_id}.",
         href=_job_url(new_id),
         link=f"Open job #{new_id}",
     )
-    return back(_job_url(job_id))
 
 
 @bp.post("/jobs/<jobdesk_id:job_id>/ignore")
 @auth.requires(Role.OPERATOR)
-def ignore(job_id: int) -> Any:
-    try:
-        with db.write() as conn:
-            triage.ignore_dead(
-                conn,
-                job_id,
-                actor=auth.actor(),
-                reason=request.form.get("reason"),
-                now=db.now(conn),
-            )
-    except ConflictError as exc:
-        return _conflict(job_id, exc)
-    except ValidationError as exc:
-        note(f"Not ignored: the {exc.field} {exc.message}", "error")
-        return back(_job_url(job_id))
-    note(f"Ignored job #{job_id}; it stays findable under dead letters → ignored.")
-    return back(_job_url(job_id))
+@action(_job_url, refused="Not ignored", catches=(ValidationError,))
+def ignore(job_id: int) -> Done:
+    with _lost_race(), db.write() as conn:
+        triage.ignore_dead(
+            conn, job_id, actor=auth.actor(), reason=request.form.get("reason"), now=db.now(conn)
+        )
+    return Done(f"Ignored job #{job_id}; it stays findable under dead letters → ignored.")
 
 
 @bp.post("/jobs/<jobdesk_id:job_id>/cancel")
 @auth.requires(Role.OPERATOR)
-def cancel_job(job_id: int) -> Any:
+@action(_job_url, refused="Not cancelled", catches=(ValidationError,))
+def cancel_job(job_id: int) -> Done:
     try:
         with db.write() as conn:
             done = cancellation.cancel_job(
@@ -100,21 +90,15 @@ def cancel_job(job_id: int) -> Any:
                 reason=request.form.get("reason"),
                 now=db.now(conn),
             )
-    except ValidationError as exc:
-        note(f"Not cancelled: the {exc.field} {exc.message}", "error")
-        return back(_job_url(job_id))
     except ConflictError as exc:
-        note(f"Job #{job_id} was not cancelled: {exc}.", "error")
-        return back(_job_url(job_id))
+        raise Refused(f"Job #{job_id} was not cancelled: {exc}.") from exc
     if done is cancellation.Cancelled.NOW:
-        note(f"Cancelled job #{job_id}.")
-    else:
-        grace = get_state().settings.cancel_grace_seconds
-        note(
-            f"Asked the worker running job #{job_id} to stop it: the handler is told now "
-            f"and stopped hard {grace:g}s after its worker hears of it."
-        )
-    return back(_job_url(job_id))
+        return Done(f"Cancelled job #{job_id}.")
+    grace = get_state().settings.cancel_grace_seconds
+    return Done(
+        f"Asked the worker running job #{job_id} to stop it: the handler is told now "
+        f"and stopped hard {grace:g}s after its worker hears of it."
+    )
 
 
 @bp.get("/jobs/cancel")
@@ -138,36 +122,31 @@ def cancel_preview() -> Any:
 
 @bp.post("/jobs/cancel")
 @auth.requires(Role.OPERATOR)
-def cancel_matching() -> Any:
-    fallback = url_for("jobdesk.jobs.index")
-    try:
-        filters = JobFilters.from_args(request.form)
-        low = parse_positive_int("low", request.form.get("low"))
-        high = parse_positive_int("high", request.form.get("high"))
-        if low is None or high is None or low > high:
-            raise ValidationError(
-                "range", "the confirmation is missing its id range; open the preview again"
-            )
-        with db.write() as conn:
-            result = cancellation.bulk_cancel(
-                conn,
-                filters,
-                id_range=(low, high),
-                actor=auth.actor(),
-                reason=request.form.get("reason"),
-                now=db.now(conn),
-            )
-    except ValidationError as exc:
-        note(f"Nothing changed: the {exc.field} {exc.message}", "error")
-        return back(fallback)
+@action("jobdesk.jobs.index", refused="Nothing changed", catches=(ValidationError,))
+def cancel_matching() -> Done:
+    filters = JobFilters.from_args(request.form)
+    low = parse_positive_int("low", request.form.get("low"))
+    high = parse_positive_int("high", request.form.get("high"))
+    if low is None or high is None or low > high:
+        raise ValidationError(
+            "range", "the confirmation is missing its id range; open the preview again"
+        )
+    with db.write() as conn:
+        result = cancellation.bulk_cancel(
+            conn,
+            filters,
+            id_range=(low, high),
+            actor=auth.actor(),
+            reason=request.form.get("reason"),
+            now=db.now(conn),
+        )
     parts = [f"Cancelled {plural(len(result.cancelled), 'job')}."]
     if result.stopping:
         parts.append(f"Asked the workers to stop {plural(len(result.stopping), 'running job')}.")
     if result.skipped:
         parts.append(f"{plural(result.skipped, 'job')} had finished meanwhile.")
     done = result.cancelled or result.stopping
-    note(" ".join(parts), "success" if done else "info")
-    return back(fallback)
+    return Done(" ".join(parts), "success" if done else "info")
 
 
 def _fix_form(
@@ -211,6 +190,7 @@ def fix_form(job_id: int) -> Any:
 
 @bp.post("/jobs/<jobdesk_id:job_id>/fix")
 @auth.requires(Role.OPERATOR)
+@action(_job_url, refused="Your edit was not saved", catches=())
 def fix(job_id: int) -> Any:
     text = request.form.get("payload", "")
     reason = request.form.get("reason", "")
@@ -229,8 +209,10 @@ def fix(job_id: int) -> Any:
                 keep_secrets=keep_secrets,
             )
     except ConflictError as exc:
-        note(f"Your edit was not saved: {exc}. The page shows the current state.", "error")
-        return _redirect(job_id)
+        raise Refused(
+            f"Your edit was not saved: {exc}. The page shows the current state.",
+            to=_job_url(job_id),
+        ) from exc
     except PayloadErrors as exc:
         return _fix_form(
             job_id, text=text, errors=exc.errors, reason=reason, keep=keep_secrets, status=422
@@ -239,12 +221,12 @@ def fix(job_id: int) -> Any:
         return _fix_form(
             job_id, text=text, errors=[exc], reason=reason, keep=keep_secrets, status=422
         )
-    note(
+    return Done(
         f"Fixed the payload and requeued job #{job_id} as new job #{new_id}.",
         href=_job_url(new_id),
         link=f"Open job #{new_id}",
+        to=_job_url(job_id),
     )
-    return _redirect(job_id)
 
 
 def _max_payload_bytes() -> int:
@@ -253,41 +235,30 @@ def _max_payload_bytes() -> int:
 
 @bp.post("/dead/bulk")
 @auth.requires(Role.OPERATOR)
-def bulk() -> Any:
-    action = request.form.get("action")
-    fallback = url_for("jobdesk.dead.index")
-    try:
-        if action not in ("retry", "ignore"):
-            raise ValidationError("action", "must be retry or ignore")
-        selection = parse_bulk_selection(request.form, with_range=True)
-        reason = request.form.get("reason")
-        with db.write() as conn:
-            now = db.now(conn)
-            if action == "retry":
-                result = triage.bulk_retry(
-                    conn, selection, actor=auth.actor(), reason=reason, now=now
-                )
-            else:
-                result = triage.bulk_ignore(
-                    conn, selection, actor=auth.actor(), reason=reason, now=now
-                )
-    except ValidationError as exc:
-        note(f"Nothing changed: the {exc.field} {exc.message}", "error")
-        return back(fallback)
-    verb = "Requeued" if action == "retry" else "Ignored"
-    parts = [f"{verb} {plural(result.done, 'job')}."]
+@action("jobdesk.dead.index", refused="Nothing changed", catches=(ValidationError,))
+def bulk() -> Done:
+    verb = request.form.get("action")
+    if verb not in ("retry", "ignore"):
+        raise ValidationError("action", "must be retry or ignore")
+    selection = parse_bulk_selection(request.form, with_range=True)
+    reason = request.form.get("reason")
+    with db.write() as conn:
+        now = db.now(conn)
+        run = triage.bulk_retry if verb == "retry" else triage.bulk_ignore
+        result = run(conn, selection, actor=auth.actor(), reason=reason, now=now)
+    parts = [f"{'Requeued' if verb == 'retry' else 'Ignored'} {plural(result.done, 'job')}."]
     if result.already_resolved:
         parts.append(f"{plural(result.already_resolved, 'job')} had already been resolved.")
     if result.unknown_type:
         parts.append(f"{plural(result.unknown_type, 'job')} skipped: their type is unknown.")
-    follow: dict[str, str] = {}
-    if action == "retry" and result.audit_id is not None:
-        # Finish the story: link to exactly the jobs this action made, with their
-        # progress by status refreshing in the message until all are final.
-        follow = {
-            "href": url_for("jobdesk.jobs.index", from_audit=result.audit_id),
-            "link": f"Follow the {plural(result.done, 'new job')}",
-            "progress": url_for("jobdesk.jobs.progress", from_audit=result.audit_id),
-        }
-    note(" ".join(parts), "success" if result.done else "info", **follow)
-    return back(fallback)
+    if verb != "retry" or result.audit_id is None:
+        return Done(" ".join(parts), "success" if result.done else "info")
+    # Finish the story: link to exactly the jobs this action made, with their progress
+    # by status refreshing in the message until all are final.
+    return Done(
+        " ".join(parts),
+        "success" if result.done else "info",
+        href=url_for("jobdesk.jobs.index", from_audit=result.audit_id),
+        link=f"Follow the {plural(result.done, 'new job')}",
+        progress=url_for("jobdesk.jobs.progress", from_audit=result.audit_id),
+    )

@@ -25,7 +25,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from jobdesk.shared.core import audit
 from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.errors import NotFoundError
 from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import KEY_LENGTH
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers
@@ -254,6 +256,24 @@ def open_breaker(
         )
     )
     return breaker_state(conn, key, now)
+
+
+def close_breaker_for(conn: sa.Connection, key: str, *, actor: str, now: datetime) -> BreakerView:
+    """An operator closes a breaker that exists (`NotFoundError` otherwise): closed now,
+    its failures forgotten, and the audit row says what it was before."""
+    if key not in {view.key for view in list_breakers(conn)}:
+        raise NotFoundError("no circuit breaker with that key")
+    before = breaker_state(conn, key, now)
+    closed = close_breaker(conn, key, now)
+    audit.record(
+        conn,
+        actor=actor,
+        action=audit.AuditAction.BREAKER_CLOSE,
+        subject=key,
+        now=now,
+        details={"was": before.state, "consecutive_failures": before.consecutive_failures},
+    )
+    return closed
 
 
 def close_breaker(conn: sa.Connection, key: str, now: datetime) -> BreakerView:
