@@ -41,7 +41,8 @@ from jobdesk.shared.alerts.rules import (
     open_alerts_of,
     type_subject,
 )
-from jobdesk.shared.core.audit import AuditAction, audit_log
+from jobdesk.shared.core import audit
+from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.enqueue import enqueue
 from jobdesk.shared.core.job_types import defaults_for
@@ -451,14 +452,13 @@ def acknowledge_alert(
     ).first()
     if row is None:
         return False
-    conn.execute(
-        sa.insert(audit_log).values(
-            at=now,
-            actor=actor,
-            action=AuditAction.ALERT_ACKNOWLEDGE,
-            subject=f"alert:{alert_id}",
-            reason=note,
-            details={"alert_id": alert_id, "rule": row.rule, "subject": row.subject},
-        )
+    audit.record(
+        conn,
+        actor=actor,
+        action=AuditAction.ALERT_ACKNOWLEDGE,
+        subject=f"alert:{alert_id}",
+        reason=note,
+        details={"alert_id": alert_id, "rule": row.rule, "subject": row.subject},
+        now=now,
     )
     return True

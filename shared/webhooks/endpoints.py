@@ -18,8 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core import validation
-from jobdesk.shared.core.audit import AuditAction, audit_log
+from jobdesk.shared.core import audit, validation
+from jobdesk.shared.core.audit import AuditAction
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.masking import mask_text
@@ -90,21 +90,20 @@ def _audit(
     conn: sa.Connection,
     *,
     actor: str,
-    action: str,
+    action: AuditAction,
     name: str,
     now: datetime,
     reason: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> None:
-    conn.execute(
-        sa.insert(audit_log).values(
-            actor=actor,
-            action=action,
-            subject=f"endpoint:{name}",
-            reason=reason,
-            details=details,
-            at=now,
-        )
+    audit.record(
+        conn,
+        actor=actor,
+        action=action,
+        subject=f"endpoint:{name}",
+        reason=reason,
+        details=details,
+        now=now,
     )
 
 
