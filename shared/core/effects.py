@@ -42,14 +42,20 @@ def check_effect_key(key: str) -> str:
 
 def find_effect(conn: sa.Connection, key: str) -> dict[str, Any] | None:
     """The recorded detail of a done effect (an empty dict if none was stored), or None."""
+    found = find_done_effect(conn, key)
+    return None if found is None else found.done
+
+
+def find_done_effect(conn: sa.Connection, key: str) -> Reservation | None:
+    """A done effect as a `Reservation` to skip: its detail and the job that did it."""
     row = conn.execute(
-        sa.select(effects.c.detail).where(
+        sa.select(effects.c.detail, effects.c.job_id).where(
             effects.c.key == check_effect_key(key), effects.c.state == EffectState.DONE.value
         )
     ).first()
     if row is None:
         return None
-    return dict(row.detail or {})
+    return Reservation(done=dict(row.detail or {}), by_job=row.job_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """End-to-end fixtures: a real dashboard server on 127.0.0.1 (a free port, in a thread),
 seeded with the signup story's data, and Debian's Chromium driven by Playwright.
 
-Screenshots go to `JOBDESK_E2E_SCREENSHOT_DIR` when set (the README's images are made
-with `JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots pytest -m e2e -k sqlite`), otherwise to
-the test's temporary directory. Any Content-Security-Policy violation fails the test.
+Screenshots are taken only when `JOBDESK_E2E_SCREENSHOT_DIR` is set (the README's images
+are made with `JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots pytest -m e2e -k sqlite`): a
+full-page picture of every screen costs seconds per test and checks nothing. Any
+Content-Security-Policy violation fails the test.
 """
 
 from __future__ import annotations
@@ -272,6 +273,10 @@ def seed(engine: sa.Engine) -> Seeded:
     # The leader has folded the finished attempts into the History page's buckets.
     roll_up(engine, now)
     return Seeded(crm_dead, email_dead, report_dead)
+
+
+def screenshots_wanted() -> bool:
+    return bool(os.environ.get("JOBDESK_E2E_SCREENSHOT_DIR"))
 
 
 @pytest.fixture

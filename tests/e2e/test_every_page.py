@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Seeded
+from tests.e2e.conftest import Seeded, screenshots_wanted
 from tests.e2e.screens import SCREENS, VIEWPORTS, log_in, open_screen, screen_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
@@ -39,7 +39,8 @@ def nav_pages(page: Any) -> dict[str, str]:
 
 def check(page: Any, name: str, mode: str, folder: Path) -> list[str]:
     problems = screen_problems(page, name)
-    page.screenshot(path=str(folder / f"{name}-{mode}.png"), full_page=True)
+    if screenshots_wanted():
+        page.screenshot(path=str(folder / f"{name}-{mode}.png"), full_page=True)
     return problems
 
 

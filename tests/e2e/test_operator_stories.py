@@ -18,7 +18,7 @@ from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.transitions import stop_cancelled
-from tests.e2e.conftest import PASSWORD, Seeded
+from tests.e2e.conftest import PASSWORD, Seeded, screenshots_wanted
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ def log_in(page: Any, base: str, username: str) -> None:
 
 
 def shoot(page: Any, folder: Path, name: str, backend: str) -> None:
-    if backend == "sqlite":
+    if backend == "sqlite" and screenshots_wanted():
         page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.effects import complete_effect, find_effect
+from jobdesk.shared.core.effects import Reservation, complete_effect, find_done_effect
 from jobdesk.shared.core.errors import PermanentError, Snooze
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.core.retry import ExponentialBackoff
@@ -216,17 +216,17 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     event_id = _text_field(payload, "event_id", required=False)
     address, identity, base_context = _recipient(payload)
 
-    def look_up() -> tuple[str, dict[str, Any] | None, DbTime]:
+    def look_up() -> tuple[str, Reservation | None, DbTime]:
         with ctx.engine.connect() as conn:
             origin = 0
             if not ctx.idempotency_key and event_id is None:
                 origin = delivery_origin(conn, ctx.job_id).job_id
             key = dedup_key(ctx, identity, template_name, event_id, origin)
-            return key, find_effect(conn, key), DbTime(db_now(conn))
+            return key, find_done_effect(conn, key), DbTime(db_now(conn))
 
-    key, done, clock = ctx.db_call("email.send lookups", look_up)
-    if done is not None:
-        return _already_sent(ctx, key, done, None)
+    key, sent, clock = ctx.db_call("email.send lookups", look_up)
+    if sent is not None and sent.done is not None:
+        return _already_sent(ctx, key, sent.done, sent.by_job)
 
     try:
         template = load_template(cfg.email_templates_dir, template_name)
