@@ -47,7 +47,7 @@ from jobdesk.shared.core.masking import fingerprint  # noqa: E402
 from jobdesk.shared.history.models import history_minutes  # noqa: E402
 from jobdesk.shared.history.rollup import KEEP, add_buckets, roll_up  # noqa: E402
 from jobdesk.shared.migrate import upgrade  # noqa: E402
-from jobdesk.shared.operator.accounts import add_operator  # noqa: E402
+from jobdesk.shared.operator.commands.accounts import add_operator  # noqa: E402
 
 PG_ADMIN = os.environ.get(
     "JOBDESK_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -370,11 +370,15 @@ def p95(values: list[float]) -> float:
 def slowest_statement(url: str, fp: str) -> tuple[float, str, Any]:
     """Run the pages' shared queries in-process and return the slowest statement."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend, unresolved_dead_count
     from jobdesk.shared.operator.filters import JobFilters
-    from jobdesk.shared.operator.history import HistoryFilters, read_history
-    from jobdesk.shared.operator.queries import list_jobs
-    from jobdesk.shared.operator.stats import (
+    from jobdesk.shared.operator.queries.dead_letters import (
+        dead_groups,
+        dead_trend,
+        unresolved_dead_count,
+    )
+    from jobdesk.shared.operator.queries.history import HistoryFilters, read_history
+    from jobdesk.shared.operator.queries.jobs import list_jobs
+    from jobdesk.shared.operator.queries.stats import (
         counts_by_status_queue_type,
         oldest_queued_age_by_queue,
     )

@@ -27,7 +27,7 @@ from flask import g, request, session
 from jobdesk.dashboard import csrf
 from jobdesk.dashboard.proxy import tcp_peer
 from jobdesk.dashboard.state import Identity, get_state
-from jobdesk.shared.operator.accounts import (
+from jobdesk.shared.operator.commands.accounts import (
     ROLES,
     OperatorAccount,
     end_sessions,

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.operator.queries import statement_deadline
+from jobdesk.shared.operator.queries.jobs import statement_deadline
 
 
 @contextmanager

@@ -12,8 +12,8 @@ from werkzeug.datastructures import MultiDict
 from jobdesk.dashboard import auth
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.json_text import loads_json_text
+from jobdesk.shared.operator.commands.triage import BULK_CAP, Selection
 from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
-from jobdesk.shared.operator.triage import BULK_CAP, Selection
 
 
 def request_filters(args: Mapping[str, Any]) -> JobFilters:

@@ -1,7 +1,7 @@
 """`/metrics`: Prometheus text computed from the database at scrape time.
 
 Nothing is counted in the web process: each scrape runs a handful of aggregate queries
-(`jobdesk.shared.operator.metrics_queries`) through a custom collector, so every
+(`jobdesk.shared.operator.queries.metrics`) through a custom collector, so every
 gunicorn worker answers with the same, current numbers — no multiprocess directory, no
 per-process drift.
 
@@ -35,7 +35,7 @@ from jobdesk.dashboard.security import rebinding_safe
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.limits.models import BreakerState
-from jobdesk.shared.operator.metrics_queries import (
+from jobdesk.shared.operator.queries.metrics import (
     breaker_states,
     counts_by_queue_status,
     due_backlog,

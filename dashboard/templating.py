@@ -21,10 +21,10 @@ from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.alerts.links import AlertLink, alert_links
 from jobdesk.shared.core.masking import mask_email, mask_payload, mask_text
-from jobdesk.shared.operator.cancellation import hard_stop_by
-from jobdesk.shared.operator.payload_summary import summary_pairs
-from jobdesk.shared.operator.totals import describe
-from jobdesk.shared.operator.visible_text import stack_start
+from jobdesk.shared.operator.commands.cancellation import hard_stop_by
+from jobdesk.shared.operator.queries.payload_summary import summary_pairs
+from jobdesk.shared.operator.queries.totals import describe
+from jobdesk.shared.operator.queries.visible_text import stack_start
 from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width

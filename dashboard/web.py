@@ -38,7 +38,7 @@ from jobdesk.dashboard.views import (
 )
 from jobdesk.shared.assets import asset_path
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
-from jobdesk.shared.operator.accounts import any_operator_exists, role_at_least
+from jobdesk.shared.operator.commands.accounts import any_operator_exists, role_at_least
 from jobdesk.shared.operator.filters import check_id
 
 bp = Blueprint(

@@ -192,7 +192,7 @@ def _cheap_password_hashes() -> Iterator[None]:
     """Accounts made in this process hash with one PBKDF2 round instead of scrypt: the
     suite creates thousands (0.135 s each at production cost). The production method has
     its own test (`tests/shared/operator/test_accounts.py`)."""
-    from jobdesk.shared.operator import accounts
+    from jobdesk.shared.operator.commands import accounts
 
     production = accounts.PASSWORD_HASH_METHOD
     accounts.PASSWORD_HASH_METHOD = "pbkdf2:sha256:1"

@@ -20,7 +20,6 @@ long before anyone needs them; no statement of it waits longer for a lock either
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from datetime import datetime
 
@@ -31,14 +30,15 @@ from jobdesk.shared.core.leases import renew_leases, transaction_bound
 from jobdesk.shared.core.worker_registry import heartbeat_worker
 from jobdesk.worker import failpoints
 from jobdesk.worker.executor import Attempt
-from jobdesk.worker.resilience import DB_ERRORS, Backoff, OutageLog
+from jobdesk.worker.loop import ServiceLoop
+from jobdesk.worker.resilience import Backoff
 
 log = logging.getLogger("jobdesk.worker")
 
 CHUNK = 1000
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat(ServiceLoop):
     def __init__(
         self,
         engine: sa.Engine,
@@ -53,9 +53,10 @@ class Heartbeat(threading.Thread):
         skew: Callable[[], float | None],
         on_cancel_requested: Callable[[Attempt], None] | None = None,
     ) -> None:
-        super().__init__(name="jobdesk-heartbeat", daemon=True)
+        super().__init__(
+            "heartbeat", log=log, interval=interval, backoff=Backoff(cap=max(0.5, interval))
+        )
         self._engine = engine
-        self._interval = interval
         self._lease_seconds = lease_seconds
         self._clock = clock
         self._held = held
@@ -64,32 +65,12 @@ class Heartbeat(threading.Thread):
         self._worker_id = worker_id
         self._register = register
         self._skew = skew
-        self._stop_event = threading.Event()
-        self._outage = OutageLog(log, "heartbeat")
         self.beats = 0
         #: Leases passed over because their row was busy (kept; renewed next beat).
         self.skipped = 0
 
-    def stop(self) -> None:
-        self._stop_event.set()
-
-    def run(self) -> None:
-        backoff = Backoff(cap=max(0.5, self._interval))
-        wait = self._interval
-        while not self._stop_event.wait(wait):
-            try:
-                self.beat()
-            except DB_ERRORS as exc:
-                wait = backoff.next()
-                self._outage.failed(exc, wait)
-                continue
-            except Exception:
-                log.exception("heartbeat failed", extra={"action": "heartbeat_error"})
-                wait = backoff.next()
-                continue
-            backoff.reset()
-            self._outage.recovered()
-            wait = self._interval
+    def step(self) -> None:
+        self.beat()
 
     def beat(self) -> None:
         attempts = self._held()

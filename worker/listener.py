@@ -18,7 +18,7 @@ import psycopg
 import sqlalchemy as sa
 
 from jobdesk.shared.core.notifications import listen_connection, wait_for_queues
-from jobdesk.worker.resilience import Backoff, OutageLog
+from jobdesk.worker.loop import ServiceLoop
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -26,7 +26,10 @@ log = logging.getLogger("jobdesk.worker")
 WAIT_SECONDS = 1.0
 
 
-class Listener(threading.Thread):
+class Listener(ServiceLoop):
+    # A lost connection, a refused one, a socket error: an outage, backed off.
+    outage_errors = (psycopg.Error, OSError)
+
     def __init__(
         self,
         url: sa.URL,
@@ -34,38 +37,29 @@ class Listener(threading.Thread):
         *,
         connect_timeout: float,
     ) -> None:
-        super().__init__(name="jobdesk-listener", daemon=True)
+        super().__init__("listener", log=log, interval=0.0)
         self._url = url
         self._on_queues = on_queues
         self._connect_timeout = connect_timeout
-        self._stop_event = threading.Event()
-        self._outage = OutageLog(log, "listener")
         self.connected = threading.Event()
 
-    def stop(self) -> None:
-        self._stop_event.set()
-
-    def run(self) -> None:
-        backoff = Backoff()
-        while not self._stop_event.is_set():
-            conn: psycopg.Connection[Any] | None = None
-            try:
-                conn = listen_connection(self._url, connect_timeout=self._connect_timeout)
-                self.connected.set()
-                if backoff.failures:
-                    self._on_queues(None)  # may have missed notifications meanwhile
-                backoff.reset()
-                self._outage.recovered()
-                while not self._stop_event.is_set():
-                    queues = wait_for_queues(conn, WAIT_SECONDS)
-                    if queues:
-                        self._on_queues(queues)
-            except (psycopg.Error, OSError) as exc:
-                self.connected.clear()
-                delay = backoff.next()
-                self._outage.failed(exc, delay)
-                self._stop_event.wait(delay)
-            finally:
-                if conn is not None:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.close()
+    def step(self) -> None:
+        """Listen on one connection until it fails or the loop stops."""
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            conn = listen_connection(self._url, connect_timeout=self._connect_timeout)
+            self.connected.set()
+            if self.failures:
+                self._on_queues(None)  # may have missed notifications meanwhile
+            self.healthy()
+            while not self.stopping.is_set():
+                queues = wait_for_queues(conn, WAIT_SECONDS)
+                if queues:
+                    self._on_queues(queues)
+        except BaseException:
+            self.connected.clear()
+            raise
+        finally:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()

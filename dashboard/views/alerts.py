@@ -15,10 +15,10 @@ from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.alerts.models import AlertStatus
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
+from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS, check_reason
 from jobdesk.shared.operator.filters import parse_positive_int
-from jobdesk.shared.operator.live import new_alerts, newest_alert_id
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
+from jobdesk.shared.operator.queries.live import new_alerts, newest_alert_id
 
 bp = Blueprint("alerts", __name__)
 STATUSES = tuple(AlertStatus)

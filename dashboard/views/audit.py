@@ -9,9 +9,9 @@ from flask import Blueprint, request
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
-from jobdesk.shared.operator.audit import ACTIONS, list_audit
 from jobdesk.shared.operator.filters import PAGE_SIZES, AuditFilters
 from jobdesk.shared.operator.models import Role
+from jobdesk.shared.operator.queries.audit import ACTIONS, list_audit
 
 bp = Blueprint("audit", __name__)
 

@@ -17,11 +17,11 @@ from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.navigation import back, safe_target
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.operator.dead_letters import dead_groups, dead_trend
+from jobdesk.shared.operator.commands.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
 from jobdesk.shared.operator.filters import RANGES, parse_time
-from jobdesk.shared.operator.live import new_dead
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.triage import BULK_CAP, REASON_MAX_CHARS, preview_bulk
+from jobdesk.shared.operator.queries.dead_letters import dead_groups, dead_trend
+from jobdesk.shared.operator.queries.live import new_dead
 
 bp = Blueprint("dead", __name__)
 

@@ -13,9 +13,9 @@ from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.limits.breakers import close_breaker_for, list_breakers
-from jobdesk.shared.operator.fleet import delivery_health
+from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS, check_reason
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.triage import REASON_MAX_CHARS, check_reason
+from jobdesk.shared.operator.queries.fleet import delivery_health
 from jobdesk.shared.webhooks.endpoints import list_endpoints, pause_endpoint, resume_endpoint
 
 bp = Blueprint("endpoints", __name__)

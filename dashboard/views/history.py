@@ -17,8 +17,14 @@ from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.templating import duration, number, zone_abbreviation
 from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.history.rollup import SETTLE
-from jobdesk.shared.operator.history import SPANS, Bucket, History, HistoryFilters, read_history
 from jobdesk.shared.operator.models import Role
+from jobdesk.shared.operator.queries.history import (
+    SPANS,
+    Bucket,
+    History,
+    HistoryFilters,
+    read_history,
+)
 
 bp = Blueprint("history", __name__)
 

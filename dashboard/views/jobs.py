@@ -20,7 +20,6 @@ from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.shared.core.document_masking import mask_document_text
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
-from jobdesk.shared.operator.audit import entries_for_job
 from jobdesk.shared.operator.filters import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SORT,
@@ -34,10 +33,10 @@ from jobdesk.shared.operator.filters import (
     JobFilters,
     parse_positive_int,
 )
-from jobdesk.shared.operator.holds import holds_for_job, holds_for_jobs
-from jobdesk.shared.operator.live import action_progress, new_jobs, newest_job_id, row_states
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.queries import (
+from jobdesk.shared.operator.queries.audit import entries_for_job
+from jobdesk.shared.operator.queries.holds import holds_for_job, holds_for_jobs
+from jobdesk.shared.operator.queries.jobs import (
     Page,
     filter_conditions,
     job_detail,
@@ -46,7 +45,18 @@ from jobdesk.shared.operator.queries import (
     retries_of,
     stored_document,
 )
-from jobdesk.shared.operator.totals import FilterChoices, Total, filter_choices, matching_total
+from jobdesk.shared.operator.queries.live import (
+    action_progress,
+    new_jobs,
+    newest_job_id,
+    row_states,
+)
+from jobdesk.shared.operator.queries.totals import (
+    FilterChoices,
+    Total,
+    filter_choices,
+    matching_total,
+)
 from jobdesk.shared.retention.pruning import tombstone
 
 bp = Blueprint("jobs", __name__)

@@ -9,7 +9,7 @@ from flask import Blueprint, g, redirect, render_template, request, url_for
 
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.navigation import safe_target
-from jobdesk.shared.operator.accounts import any_operator_exists
+from jobdesk.shared.operator.commands.accounts import any_operator_exists
 from jobdesk.shared.operator.login_throttle import attempt_login
 from jobdesk.shared.operator.models import Role
 

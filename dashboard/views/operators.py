@@ -1,7 +1,7 @@
 """Operators (admin only): the dashboard accounts with role, state, creation and last
 login; add an account, change its role, disable / enable it, reset its password.
 
-Every change goes through `shared.operator.accounts` (the functions `jobdesk users`
+Every change goes through `shared.operator.commands.accounts` (the functions `jobdesk users`
 uses), so it is audited in its own transaction, and disable, enable and a password
 reset end every session of the account. Two rules the CLI does not have: the last
 enabled admin can be neither disabled nor demoted here (the dashboard would have nobody
@@ -19,7 +19,7 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.actions import Done, action
 from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
 from jobdesk.shared.core.models import NAME_LENGTH
-from jobdesk.shared.operator.accounts import (
+from jobdesk.shared.operator.commands.accounts import (
     ROLES,
     UsernameTakenError,
     add_operator,

@@ -19,10 +19,10 @@ from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.queues import paused_queues
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus
 from jobdesk.shared.core.worker_registry import list_workers
-from jobdesk.shared.operator.dead_letters import dead_trend, unresolved_dead_count
-from jobdesk.shared.operator.holds import held_counts
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.stats import (
+from jobdesk.shared.operator.queries.dead_letters import dead_trend, unresolved_dead_count
+from jobdesk.shared.operator.queries.holds import held_counts
+from jobdesk.shared.operator.queries.stats import (
     CountRow,
     counts_by_status_queue_type,
     oldest_queued_age_by_queue,
@@ -62,7 +62,7 @@ def overview_data() -> dict[str, Any]:
         paused = paused_queues(conn)
         # From the cached counts, so a queue pause costs no query; the jobs behind a
         # paused endpoint or an open breaker are one bounded index probe each, and only
-        # while one exists (`shared.operator.holds.held_counts`). Not cached itself: a
+        # while one exists (`shared.operator.queries.holds.held_counts`). Not cached itself: a
         # pause just made shows on the next refresh.
         waiting = _waiting_by_queue_type(aggregates["rows"])
         held = held_counts(conn, now=now, waiting=waiting)

@@ -16,9 +16,9 @@ from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.queues import pause_queue, resume_queue
 from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.queues import queue_summaries
-from jobdesk.shared.operator.triage import REASON_MAX_CHARS
+from jobdesk.shared.operator.queries.queues import queue_summaries
 
 bp = Blueprint("queues", __name__)
 

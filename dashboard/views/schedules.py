@@ -13,8 +13,8 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.viewer_zone import viewer_zone
+from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.zones import local_text
 from jobdesk.shared.schedules.store import list_schedules, pause, recent_runs, resume, run_now
 

@@ -19,7 +19,7 @@ from jobdesk.dashboard.actions import Done, Refused, action
 from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.viewer_zone import browser_zone, viewer_zone
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.operator.accounts import OperatorAccount, get_operator, set_timezone
+from jobdesk.shared.operator.commands.accounts import OperatorAccount, get_operator, set_timezone
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.zones import ZONE_MAX_CHARS, check_timezone, zone_names
 

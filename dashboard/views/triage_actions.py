@@ -22,11 +22,11 @@ from jobdesk.dashboard.templating import plural
 from jobdesk.shared.core.errors import ConflictError, ValidationError
 from jobdesk.shared.core.masking import mask_payload
 from jobdesk.shared.core.payload_checks import PayloadErrors
-from jobdesk.shared.operator import cancellation, triage
+from jobdesk.shared.operator.commands import cancellation, triage
+from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.filters import JobFilters, parse_positive_int
 from jobdesk.shared.operator.models import Role
-from jobdesk.shared.operator.queries import job_detail
-from jobdesk.shared.operator.triage import REASON_MAX_CHARS
+from jobdesk.shared.operator.queries.jobs import job_detail
 
 bp = Blueprint("actions", __name__)
 

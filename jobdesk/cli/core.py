@@ -128,7 +128,7 @@ def _parse_with_param(name: str, raw: str | None) -> datetime | None:
 @user_errors
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts by status, queue and type, and the oldest queued age."""
-    from jobdesk.shared.operator.stats import summarize
+    from jobdesk.shared.operator.queries.stats import summarize
 
     engine = engine_from(ctx, sqlite_begin="DEFERRED")
     with engine.connect() as conn:

@@ -113,7 +113,7 @@ def users() -> None:
 def users_add(ctx: click.Context, name: str, role: str) -> None:
     """Create account NAME; the password is read from stdin or a hidden prompt."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import add_operator, check_username
+    from jobdesk.shared.operator.commands.accounts import add_operator, check_username
     from jobdesk.shared.operator.passwords import check_password
 
     check_username(name)
@@ -129,7 +129,7 @@ def users_add(ctx: click.Context, name: str, role: str) -> None:
 @user_errors
 def users_list(ctx: click.Context, as_json: bool) -> None:
     """List accounts with their role and last login."""
-    from jobdesk.shared.operator.accounts import list_operators
+    from jobdesk.shared.operator.commands.accounts import list_operators
 
     with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         accounts = list_operators(conn)
@@ -158,7 +158,7 @@ def users_list(ctx: click.Context, as_json: bool) -> None:
 
 def _set_disabled(ctx: click.Context, name: str, disabled: bool) -> None:
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import set_disabled
+    from jobdesk.shared.operator.commands.accounts import set_disabled
 
     with command_engine(ctx) as engine, engine.begin() as conn:
         set_disabled(conn, name, disabled, now=db_now(conn), actor=cli_actor())
@@ -191,7 +191,7 @@ def users_enable(ctx: click.Context, name: str) -> None:
 def users_role(ctx: click.Context, name: str, role: str) -> None:
     """Give NAME another role; it applies from the account's next request."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import set_role
+    from jobdesk.shared.operator.commands.accounts import set_role
 
     with command_engine(ctx) as engine, engine.begin() as conn:
         account = set_role(conn, name, role, now=db_now(conn), actor=cli_actor())
@@ -205,7 +205,7 @@ def users_role(ctx: click.Context, name: str, role: str) -> None:
 def users_passwd(ctx: click.Context, name: str) -> None:
     """Set a new password for NAME (stdin or prompt); its other sessions end."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.accounts import set_password
+    from jobdesk.shared.operator.commands.accounts import set_password
     from jobdesk.shared.operator.passwords import check_password
 
     password = check_password(read_secret(f"New password for {name}"), username=name)
@@ -269,8 +269,8 @@ def dead_list(
     from dataclasses import asdict
 
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.dead_letters import dead_groups
-    from jobdesk.shared.operator.queries import list_jobs
+    from jobdesk.shared.operator.queries.dead_letters import dead_groups
+    from jobdesk.shared.operator.queries.jobs import list_jobs
 
     filters = replace(_filters(**options).dead_unresolved(), page_size=100)
     with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
@@ -300,7 +300,7 @@ def dead_list(
 
 
 def _selection(ids: tuple[int, ...], all_matching: bool, options: dict[str, Any]) -> Any:
-    from jobdesk.shared.operator.triage import Selection
+    from jobdesk.shared.operator.commands.triage import Selection
 
     if ids and all_matching:
         raise click.UsageError("give job ids or --all-matching, not both")
@@ -318,7 +318,12 @@ def _run_bulk(
     ctx: click.Context, action: str, selection: Any, reason: str | None, actor: str, yes: bool
 ) -> None:
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.triage import Selection, bulk_ignore, bulk_retry, preview_bulk
+    from jobdesk.shared.operator.commands.triage import (
+        Selection,
+        bulk_ignore,
+        bulk_retry,
+        preview_bulk,
+    )
 
     with command_engine(ctx) as engine, engine.connect() as conn:
         impact = preview_bulk(conn, selection, now=db_now(conn))
@@ -369,7 +374,7 @@ def dead_retry(
 ) -> None:
     """Retry dead jobs as new jobs (the dead ones stay, marked requeued)."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.triage import retry_dead
+    from jobdesk.shared.operator.commands.triage import retry_dead
 
     selection = _selection(ids, all_matching, options)
     if len(selection.ids) == 1:
@@ -401,7 +406,7 @@ def dead_ignore(
 ) -> None:
     """Ignore dead jobs with a reason: nothing runs again, the jobs stay findable."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.triage import check_reason, ignore_dead
+    from jobdesk.shared.operator.commands.triage import check_reason, ignore_dead
 
     check_reason(reason, required=True)
     selection = _selection(ids, all_matching, options)

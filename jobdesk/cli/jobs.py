@@ -23,7 +23,7 @@ def cancel_(ctx: click.Context, job_ids: tuple[int, ...], reason: str) -> None:
     when a job could not be cancelled (finished, dead, unknown), after trying the rest."""
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.core.errors import ConflictError, NotFoundError
-    from jobdesk.shared.operator.cancellation import Cancelled, cancel_job, hard_stop_by
+    from jobdesk.shared.operator.commands.cancellation import Cancelled, cancel_job, hard_stop_by
     from jobdesk.shared.settings import Settings
 
     settings = Settings.from_env()

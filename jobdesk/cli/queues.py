@@ -47,7 +47,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     """Each queue: jobs by state, the oldest waiting, what finished and failed in the
     last 5 and 60 minutes, the live workers serving it, and whether it is paused."""
     from jobdesk.shared.core.clock import db_now
-    from jobdesk.shared.operator.queues import queue_summaries
+    from jobdesk.shared.operator.queries.queues import queue_summaries
     from jobdesk.shared.settings import Settings
 
     settings = Settings.from_env()

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from jobdesk.demo.story import CRM_ENDPOINT, SIGNUP_EVENT
 from jobdesk.shared.alerts import store as alerts
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator.stats import counts_by_status_queue_type
+from jobdesk.shared.operator.queries.stats import counts_by_status_queue_type
 from jobdesk.shared.reports import runs as reports
 from jobdesk.shared.webhooks.events import event_counts
 

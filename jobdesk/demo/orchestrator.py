@@ -37,8 +37,8 @@ from jobdesk.demo.sinks import Crm, DemoConsole, MailSink, free_port, port_is_fr
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.migrate import upgrade
-from jobdesk.shared.operator import accounts as operators
-from jobdesk.shared.operator.stats import counts_by_status_queue_type
+from jobdesk.shared.operator.commands import accounts as operators
+from jobdesk.shared.operator.queries.stats import counts_by_status_queue_type
 from jobdesk.shared.settings import PREFIX, Settings
 from jobdesk.shared.webhooks import endpoints
 

@@ -18,7 +18,7 @@ from jobdesk.shared.core.masking import mask_prefix
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers
-from jobdesk.shared.operator.metrics_queries import due_backlog, live_after, live_workers
+from jobdesk.shared.operator.queries.metrics import due_backlog, live_after, live_workers
 from jobdesk.shared.schedules.models import schedules
 from jobdesk.shared.settings import alerts as rules
 from jobdesk.shared.webhooks.models import webhook_endpoints

@@ -20,13 +20,13 @@ from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.models import KEY_LENGTH
 from jobdesk.shared.core.states import JobStatus, Resolution
 from jobdesk.shared.core.validation import NAME_PATTERN
-from jobdesk.shared.operator.payload_search import (
+from jobdesk.shared.operator.queries.payload_search import (
     Term,
     format_terms,
     parse_terms,
     refuse_hidden,
 )
-from jobdesk.shared.operator.visible_text import refuse_masked_value
+from jobdesk.shared.operator.queries.visible_text import refuse_masked_value
 
 PAGE_SIZES: tuple[int, ...] = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 50

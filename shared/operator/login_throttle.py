@@ -36,7 +36,11 @@ import sqlalchemy as sa
 
 from jobdesk.shared.limits.models import rate_limits
 from jobdesk.shared.limits.rate_limits import reset_limit, try_acquire
-from jobdesk.shared.operator.accounts import OperatorAccount, check_credentials, record_login
+from jobdesk.shared.operator.commands.accounts import (
+    OperatorAccount,
+    check_credentials,
+    record_login,
+)
 
 WINDOW_SECONDS = 15 * 60
 MAX_FAILURES_PER_ADDRESS_AND_USER = 5

@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from jobdesk.dashboard import create_app
 from jobdesk.shared.core.masking import fingerprint
-from jobdesk.shared.operator.accounts import add_operator
+from jobdesk.shared.operator.commands.accounts import add_operator
 from jobdesk.shared.settings import Settings
 from tests.factories import make_job
 

@@ -12,7 +12,7 @@ from flask import Flask
 from jobdesk.dashboard import create_app
 from jobdesk.dashboard.app import SecretKeyError, check_secret_key
 from jobdesk.dashboard.auth import ROLE_ATTRIBUTE
-from jobdesk.shared.operator.accounts import set_disabled, set_password
+from jobdesk.shared.operator.commands.accounts import set_disabled, set_password
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import PASSWORD, Browser, add_user, browser_for, dead_job
 

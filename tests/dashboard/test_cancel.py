@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
-from jobdesk.shared.operator.cancellation import preview_cancel
+from jobdesk.shared.operator.commands.cancellation import preview_cancel
 from jobdesk.shared.operator.filters import JobFilters
 from tests.dashboard.conftest import Browser, dead_job
 from tests.factories import job_row, make_job

@@ -8,7 +8,7 @@ import pytest
 
 from jobdesk import ValidationError
 from jobdesk.shared.operator.filters import AuditFilters, JobFilters
-from jobdesk.shared.operator.queries import like_pattern
+from jobdesk.shared.operator.queries.jobs import like_pattern
 
 
 def test_round_trip_keeps_every_filter() -> None:

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.operator import triage
-from jobdesk.shared.operator.audit import entries_for_job
+from jobdesk.shared.operator.commands import triage
+from jobdesk.shared.operator.queries.audit import entries_for_job
 from tests.dashboard.conftest import Browser
 from tests.factories import job_row, make_job
 

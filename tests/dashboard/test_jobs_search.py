@@ -18,8 +18,8 @@ from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.core.published_types import publish_defaults
 from jobdesk.shared.core.queues import pause_queue
-from jobdesk.shared.operator import totals
-from jobdesk.shared.operator.visible_text import searchable_error, searchable_error_sql
+from jobdesk.shared.operator.queries import totals
+from jobdesk.shared.operator.queries.visible_text import searchable_error, searchable_error_sql
 from tests.dashboard.conftest import NOW, Browser
 from tests.factories import make_job
 

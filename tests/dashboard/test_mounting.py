@@ -10,7 +10,7 @@ from flask import Flask
 
 from jobdesk.dashboard import init_dashboard
 from jobdesk.dashboard.state import Identity
-from jobdesk.shared.operator.queries import statement_deadline
+from jobdesk.shared.operator.queries.jobs import statement_deadline
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import SECRET, dead_job
 

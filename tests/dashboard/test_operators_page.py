@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from jobdesk.shared.core.audit import audit_log
-from jobdesk.shared.operator.accounts import get_operator, list_operators
+from jobdesk.shared.operator.commands.accounts import get_operator, list_operators
 from tests.dashboard.conftest import PASSWORD, Browser, add_user, browser_for
 
 # Roles, headers, forms and rendering: the same on either database.

@@ -118,7 +118,7 @@ def test_numbers_the_fix_form_cannot_store(
 
 
 def test_the_fix_api_checks_numbers_too() -> None:
-    from jobdesk.shared.operator.triage import validate_fixed_payload
+    from jobdesk.shared.operator.commands.triage import validate_fixed_payload
 
     with pytest.raises(ValidationError) as caught:
         validate_fixed_payload("test.noop", {"a": [1, {"b": 10**30}]})

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from jobdesk.dashboard import auth, create_app
-from jobdesk.shared.operator.accounts import set_disabled, set_password
+from jobdesk.shared.operator.commands.accounts import set_disabled, set_password
 from jobdesk.shared.settings import Settings
 from tests.dashboard.conftest import Browser, browser_for
 

@@ -13,7 +13,7 @@ from flask import Flask
 
 from jobdesk.shared.core import audit
 from jobdesk.shared.core.audit import AuditAction
-from jobdesk.shared.operator.accounts import require_operator
+from jobdesk.shared.operator.commands.accounts import require_operator
 from jobdesk.shared.schedules.models import schedules
 from jobdesk.shared.schedules.store import sync_declared
 from jobdesk.worker.schedules import ScheduleSpec

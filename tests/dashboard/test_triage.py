@@ -11,9 +11,9 @@ from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationE
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors
-from jobdesk.shared.operator import triage
-from jobdesk.shared.operator.audit import entries_for_job
+from jobdesk.shared.operator.commands import triage
 from jobdesk.shared.operator.filters import JobFilters
+from jobdesk.shared.operator.queries.audit import entries_for_job
 from jobdesk.shared.webhooks.models import webhook_endpoints
 from tests.factories import job_row, make_job
 

@@ -27,7 +27,7 @@ from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import job_attempts, leases, workers
 from jobdesk.shared.history.rollup import roll_up
-from jobdesk.shared.operator.accounts import add_operator
+from jobdesk.shared.operator.commands.accounts import add_operator
 from jobdesk.shared.schedules.store import sync_declared
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.webhooks.models import webhook_endpoints

@@ -31,8 +31,8 @@ from jobdesk.shared.core.db import make_engine, one_statement, sets_deadlines_pe
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.notifications import listen_url
 from jobdesk.shared.core.transitions import complete
-from jobdesk.shared.operator.accounts import add_operator
-from jobdesk.shared.operator.queries import statement_deadline
+from jobdesk.shared.operator.commands.accounts import add_operator
+from jobdesk.shared.operator.queries.jobs import statement_deadline
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.worker.budget import budget_for
 from tests.dashboard.conftest import PASSWORD, SECRET, Browser

@@ -49,7 +49,7 @@ from jobdesk.shared.core.models import effects, job_attempts, jobs
 from jobdesk.shared.core.states import ALLOWED_TRANSITIONS, CANCELLABLE, CLAIMABLE, JobStatus
 
 try:  # triage lands with the dashboard; the machine runs without those rules until then
-    from jobdesk.shared.operator import triage
+    from jobdesk.shared.operator.commands import triage
 except ImportError:  # pragma: no cover
     triage = None  # type: ignore[assignment]
 

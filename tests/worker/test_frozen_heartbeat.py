@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import cancel_requests, jobs
-from jobdesk.shared.operator.cancellation import Cancelled, cancel_job
+from jobdesk.shared.operator.commands.cancellation import Cancelled, cancel_job
 from tests.worker.procs import Workers, job, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql_only]

@@ -13,7 +13,7 @@ from jobdesk.cli import cli
 from jobdesk.cli.core import _print_stats as print_stats
 from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.operator.stats import summarize
+from jobdesk.shared.operator.queries.stats import summarize
 from tests.factories import make_job
 from tests.shared.alerts.helpers import dead_jobs
 

@@ -18,7 +18,7 @@ from jobdesk.shared.core.errors import ConflictError
 from jobdesk.shared.core.leases import renew_leases, transaction_bound
 from jobdesk.shared.core.models import cancel_requests, jobs
 from jobdesk.shared.core.transitions import fail, rescue_expired
-from jobdesk.shared.operator.cancellation import Cancelled, cancel_job
+from jobdesk.shared.operator.commands.cancellation import Cancelled, cancel_job
 from jobdesk.shared.settings import Settings
 from tests.factories import job_row, make_job
 

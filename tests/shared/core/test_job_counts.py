@@ -20,9 +20,9 @@ from jobdesk.shared.core.decisions import cancel
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator import dead_letters, stats
+from jobdesk.shared.operator.commands.triage import ignore_dead, retry_dead
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.triage import ignore_dead, retry_dead
+from jobdesk.shared.operator.queries import dead_letters, stats
 from jobdesk.shared.retention.pruning import prune_jobs_batch
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings

@@ -33,8 +33,8 @@ from jobdesk.shared.core.masking import (
     mask_text,
     sanitize_error,
 )
-from jobdesk.shared.operator.attempts import attempt_lines, split_error
-from jobdesk.shared.operator.payload_summary import summary_pairs
+from jobdesk.shared.operator.queries.attempts import attempt_lines, split_error
+from jobdesk.shared.operator.queries.payload_summary import summary_pairs
 from jobdesk.shared.webhooks.deliveries import excerpt
 from jobdesk.worker.jobs import email_provider
 from jobdesk.worker.logs import JsonFormatter, TextFormatter

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from jobdesk import NewJob, ValidationError, enqueue, enqueue_many, job
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_checks import PayloadErrors, check_payload
-from jobdesk.shared.operator.triage import validate_fixed_payload
+from jobdesk.shared.operator.commands.triage import validate_fixed_payload
 from jobdesk.worker.registry import Registry
 
 

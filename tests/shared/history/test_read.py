@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from jobdesk.shared.history.rollup import add_buckets
-from jobdesk.shared.operator.history import HistoryFilters, read_history
+from jobdesk.shared.operator.queries.history import HistoryFilters, read_history
 
 NOW = datetime(2026, 3, 4, 12, 37, 30, tzinfo=UTC)
 

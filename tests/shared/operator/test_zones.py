@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jobdesk.shared.core.errors import ValidationError
-from jobdesk.shared.operator.holds import Hold, HoldKind, clock
+from jobdesk.shared.operator.queries.holds import Hold, HoldKind, clock
 from jobdesk.shared.operator.zones import abbreviation, check_timezone, known_zone, local_text
 
 BERLIN = ZoneInfo("Europe/Berlin")

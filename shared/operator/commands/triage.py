@@ -36,8 +36,8 @@ from jobdesk.shared.core.validation import (
 )
 from jobdesk.shared.core.worker_registry import runnable_types
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.live import first_entry_of_action
-from jobdesk.shared.operator.queries import filter_conditions
+from jobdesk.shared.operator.queries.jobs import filter_conditions
+from jobdesk.shared.operator.queries.live import first_entry_of_action
 from jobdesk.shared.webhooks.models import webhook_endpoints
 
 #: The most jobs one bulk action touches. One action is one transaction: every job adds

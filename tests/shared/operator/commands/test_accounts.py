@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
-from jobdesk.shared.operator.accounts import (
+from jobdesk.shared.operator.commands.accounts import (
     LastAdminError,
     UsernameTakenError,
     add_operator,
@@ -149,7 +149,7 @@ def test_a_password_may_not_contain_the_accounts_name(engine: sa.Engine) -> None
 def test_production_passwords_are_hashed_with_scrypt_at_werkzeugs_cost() -> None:
     from werkzeug.security import check_password_hash
 
-    from jobdesk.shared.operator import accounts
+    from jobdesk.shared.operator.commands import accounts
 
     cheap = accounts.PASSWORD_HASH_METHOD
     accounts.PASSWORD_HASH_METHOD = "scrypt"  # what a real process uses
@@ -166,7 +166,10 @@ def test_the_production_default_is_scrypt() -> None:
     import subprocess
     import sys
 
-    code = "from jobdesk.shared.operator import accounts; print(accounts.PASSWORD_HASH_METHOD)"
+    code = (
+        "from jobdesk.shared.operator.commands import accounts; "
+        "print(accounts.PASSWORD_HASH_METHOD)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

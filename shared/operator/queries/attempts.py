@@ -35,7 +35,7 @@ _OWN_PATH = re.compile(
 #: This installation's own folders: in a checkout the root folders sit beside `jobdesk/`
 #: (`<checkout>/shared/core/claim.py`), a path the pattern above cannot tell from an
 #: app's own `shared/` package.
-_BASE = Path(__file__).resolve().parents[2]
+_BASE = Path(__file__).resolve().parents[3]
 _OWN_FOLDERS = tuple(
     f"{_BASE / name}{os.sep}" for name in ("shared", "worker", "dashboard", "jobdesk")
 )

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from jobdesk.shared.core.queues import pause_queue
 from jobdesk.shared.limits.breakers import open_breaker, record_failure
 from jobdesk.shared.limits.rate_limits import try_acquire
-from jobdesk.shared.operator import holds as holds_module
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.holds import (
+from jobdesk.shared.operator.queries import holds as holds_module
+from jobdesk.shared.operator.queries.holds import (
     HeldCount,
     Hold,
     HoldKind,
@@ -23,8 +23,8 @@ from jobdesk.shared.operator.holds import (
     holds_for_job,
     holds_for_jobs,
 )
-from jobdesk.shared.operator.queries import list_jobs
-from jobdesk.shared.operator.stats import counts_by_status_queue_type
+from jobdesk.shared.operator.queries.jobs import list_jobs
+from jobdesk.shared.operator.queries.stats import counts_by_status_queue_type
 from jobdesk.shared.webhooks.endpoints import add_endpoint, pause_endpoint
 from tests.factories import make_job
 

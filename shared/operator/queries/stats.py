@@ -13,7 +13,7 @@ from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.operator.metrics_queries import (
+from jobdesk.shared.operator.queries.metrics import (
     dead_since,
     open_alerts_by_rule,
     unresolved_dead_by_type,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jobdesk import ValidationError
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.operator.filters import AuditFilters, JobFilters
-from jobdesk.shared.operator.visible_text import (
+from jobdesk.shared.operator.queries.visible_text import (
     hide_address_runs,
     refuse_masked_value,
     searchable_error,

@@ -14,7 +14,7 @@ import jobdesk.worker.executor
 from jobdesk import enqueue
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import job_attempts
-from jobdesk.shared.operator.attempts import attempt_lines, is_own_frame, split_error
+from jobdesk.shared.operator.queries.attempts import attempt_lines, is_own_frame, split_error
 from jobdesk.worker.registry import Registry, job
 from jobdesk.worker.testing import drain
 

@@ -27,13 +27,13 @@ from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
-from jobdesk.shared.operator.attempts import AttemptLine, attempt_lines
-from jobdesk.shared.operator.audit import AuditRow, entries_for_job
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
-from jobdesk.shared.operator.holds import endpoint_name, held_condition
-from jobdesk.shared.operator.payload_search import payload_matches
-from jobdesk.shared.operator.payload_summary import payload_summary
-from jobdesk.shared.operator.visible_text import searchable_error_sql
+from jobdesk.shared.operator.queries.attempts import AttemptLine, attempt_lines
+from jobdesk.shared.operator.queries.audit import AuditRow, entries_for_job
+from jobdesk.shared.operator.queries.holds import endpoint_name, held_condition
+from jobdesk.shared.operator.queries.payload_search import payload_matches
+from jobdesk.shared.operator.queries.payload_summary import payload_summary
+from jobdesk.shared.operator.queries.visible_text import searchable_error_sql
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.operator.stats import (
+from jobdesk.shared.operator.queries.stats import (
     counts_by_status_queue_type,
     oldest_queued_age_by_queue,
     summarize,

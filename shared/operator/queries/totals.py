@@ -20,7 +20,7 @@ from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.published_types import list_published
 from jobdesk.shared.core.queues import paused_queues
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.stats import counts_by_status_queue_type
+from jobdesk.shared.operator.queries.stats import counts_by_status_queue_type
 
 #: Rows counted at most for an exact total (an index range of this many entries).
 COUNT_CAP = 10_000

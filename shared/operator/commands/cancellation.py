@@ -23,7 +23,7 @@ from jobdesk.shared.core.models import cancel_requests, jobs
 from jobdesk.shared.core.states import CANCEL_TARGETS, STOPPABLE, JobStatus, sql_values
 from jobdesk.shared.core.validation import check_reason
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.queries import filter_conditions
+from jobdesk.shared.operator.queries.jobs import filter_conditions
 from jobdesk.shared.settings import Settings
 
 __all__ = [

@@ -18,8 +18,11 @@ import sqlalchemy as sa
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.queues import QueuePause, paused_queues
 from jobdesk.shared.core.states import AttemptOutcome, JobStatus
-from jobdesk.shared.operator.metrics_queries import LiveWorker, live_workers
-from jobdesk.shared.operator.stats import counts_by_status_queue_type, oldest_queued_age_by_queue
+from jobdesk.shared.operator.queries.metrics import LiveWorker, live_workers
+from jobdesk.shared.operator.queries.stats import (
+    counts_by_status_queue_type,
+    oldest_queued_age_by_queue,
+)
 
 #: The windows of recent outcomes, in minutes.
 WINDOWS = (5, 60)

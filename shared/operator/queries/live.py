@@ -22,7 +22,7 @@ from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import FINAL, JobStatus
 from jobdesk.shared.operator.filters import MAX_PAGE_SIZE, JobFilters
-from jobdesk.shared.operator.queries import filter_conditions
+from jobdesk.shared.operator.queries.jobs import filter_conditions
 
 #: The most new rows a poll counts ("1,000+ new").
 NEW_CAP = 1000

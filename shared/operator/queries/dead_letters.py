@@ -23,7 +23,7 @@ from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.queries import ERROR_EXCERPT_CHARS, filter_conditions, inline
+from jobdesk.shared.operator.queries.jobs import ERROR_EXCERPT_CHARS, filter_conditions, inline
 
 TREND_HOURS = 24
 NO_FINGERPRINT = "none"

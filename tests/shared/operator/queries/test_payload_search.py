@@ -20,14 +20,14 @@ from jobdesk.shared.core.driver.postgresql import Explain
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.payload_terms import payload_terms
 from jobdesk.shared.operator.filters import JobFilters
-from jobdesk.shared.operator.payload_search import (
+from jobdesk.shared.operator.queries.jobs import filter_conditions, list_jobs
+from jobdesk.shared.operator.queries.payload_search import (
     MAX_QUERY_CHARS,
     MAX_TERM_CHARS,
     Term,
     format_terms,
     parse_terms,
 )
-from jobdesk.shared.operator.queries import filter_conditions, list_jobs
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
 from tests.factories import make_job

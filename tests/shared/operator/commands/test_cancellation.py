@@ -14,7 +14,7 @@ from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.decisions import apply_cancel_requests
 from jobdesk.shared.core.errors import ConflictError
 from jobdesk.shared.core.transitions import rescue_expired
-from jobdesk.shared.operator.cancellation import Cancelled, cancel_job
+from jobdesk.shared.operator.commands.cancellation import Cancelled, cancel_job
 from tests.factories import job_row, make_job
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
