@@ -37,7 +37,7 @@ def effects_are_unique(engine: sa.Engine, prefix: str = "done:") -> Counter[int]
 
 
 @pytest.mark.postgresql_only
-def test_d1_worker_survives_terminated_connections(engine: sa.Engine, procs: Workers) -> None:
+def test_worker_survives_terminated_connections(engine: sa.Engine, procs: Workers) -> None:
     worker = procs.start("--concurrency", "4")
     ids: list[int] = []
 
@@ -70,7 +70,7 @@ def test_d1_worker_survives_terminated_connections(engine: sa.Engine, procs: Wor
 
 
 @pytest.mark.postgresql_only
-def test_d4_handlers_exhausting_their_pool_do_not_starve_leases(
+def test_handlers_exhausting_their_pool_do_not_starve_leases(
     engine: sa.Engine, procs: Workers
 ) -> None:
     with engine.begin() as conn:
@@ -84,7 +84,7 @@ def test_d4_handlers_exhausting_their_pool_do_not_starve_leases(
 
 
 @pytest.mark.sqlite_only
-def test_d9_three_sqlite_workers_never_double_claim(engine: sa.Engine, procs: Workers) -> None:
+def test_three_sqlite_workers_never_double_claim(engine: sa.Engine, procs: Workers) -> None:
     with engine.begin() as conn:
         ids = enqueue_many(conn, [NewJob("t.effect", {"key": f"d9:{i}"}) for i in range(150)])
     started = [procs.start("--concurrency", "3") for _ in range(3)]
@@ -113,7 +113,7 @@ def test_d9_three_sqlite_workers_never_double_claim(engine: sa.Engine, procs: Wo
     assert len({w.log().split("worker ")[1].split(" ")[0] for w in started}) == 3
 
 
-def test_f7_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -> None:
+def test_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -> None:
     from jobdesk.worker.registry import registry
     from tests.worker.jobmods import basic  # noqa: F401  (registers t.* in the registry)
 

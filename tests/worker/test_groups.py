@@ -23,7 +23,7 @@ from tests.worker.procs import job as job_row
 
 
 @pytest.mark.slow
-def test_g1_groups_never_overlap_and_keep_their_order(engine: sa.Engine, procs: Workers) -> None:
+def test_groups_never_overlap_and_keep_their_order(engine: sa.Engine, procs: Workers) -> None:
     rng = random.Random(7)
     specs = [
         NewJob(
@@ -51,7 +51,7 @@ def test_g1_groups_never_overlap_and_keep_their_order(engine: sa.Engine, procs: 
         assert started == sorted(started, key=lambda j: (priority[j], j)), group
 
 
-def test_g3_retrying_head_blocks_its_group_dead_head_does_not(engine: sa.Engine) -> None:
+def test_retrying_head_blocks_its_group_dead_head_does_not(engine: sa.Engine) -> None:
     reg = Registry()
     ran: list[str] = []
 
@@ -81,7 +81,7 @@ def test_g3_retrying_head_blocks_its_group_dead_head_does_not(engine: sa.Engine)
     assert ran[-2:] == ["head", "blocked"]
 
 
-def test_g3_permanent_failure_unblocks_the_group_at_once(engine: sa.Engine) -> None:
+def test_permanent_failure_unblocks_the_group_at_once(engine: sa.Engine) -> None:
     reg = Registry()
 
     @job("g.bad", target=reg)
@@ -101,7 +101,7 @@ def test_g3_permanent_failure_unblocks_the_group_at_once(engine: sa.Engine) -> N
 
 
 @pytest.mark.slow
-def test_g4_group_unblocks_only_when_the_reaper_recovers_the_head(
+def test_group_unblocks_only_when_the_reaper_recovers_the_head(
     engine: sa.Engine, procs: Workers
 ) -> None:
     with engine.begin() as conn:

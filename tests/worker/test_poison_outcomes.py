@@ -163,7 +163,7 @@ def _plain_sql_job(engine: sa.Engine, payload_text: str, job_type: str = "t.any"
 
 
 @pytest.mark.parametrize("levels", [980, 1500])
-def test_b11_one_undecodable_row_goes_dead_alone_and_its_batch_runs(
+def test_one_undecodable_row_goes_dead_alone_and_its_batch_runs(
     engine: sa.Engine, levels: int
 ) -> None:
     reg = Registry()
@@ -185,7 +185,7 @@ def test_b11_one_undecodable_row_goes_dead_alone_and_its_batch_runs(
 
 
 @pytest.mark.sqlite_only
-def test_b11_a_row_that_is_not_json_goes_dead_alone(engine: sa.Engine) -> None:
+def test_a_row_that_is_not_json_goes_dead_alone(engine: sa.Engine) -> None:
     reg = Registry()
 
     @job("t.any", target=reg)

@@ -55,7 +55,7 @@ def test_runs_jobs_and_stops_cleanly(engine: sa.Engine, procs: Workers) -> None:
     assert "Traceback" not in log
 
 
-def test_f1_killed_worker_job_is_rescued_and_runs_again(engine: sa.Engine, procs: Workers) -> None:
+def test_killed_worker_job_is_rescued_and_runs_again(engine: sa.Engine, procs: Workers) -> None:
     job_id = add(engine, "t.sleep", {"seconds": 60, "first_only": True})
     first = procs.start()
     wait_for(lambda: effect_rows(engine, f"run:{job_id}:1"), 10)
@@ -72,7 +72,7 @@ def test_f1_killed_worker_job_is_rescued_and_runs_again(engine: sa.Engine, procs
 
 
 @pytest.mark.postgresql_only
-def test_f3_sigterm_finishes_short_jobs_and_releases_long_ones(
+def test_sigterm_finishes_short_jobs_and_releases_long_ones(
     engine: sa.Engine, procs: Workers
 ) -> None:
     short = [add(engine, "t.sleep", {"seconds": 0.5}) for _ in range(2)]
@@ -123,7 +123,7 @@ def test_a_busy_worker_hands_back_prefetched_jobs_it_cannot_start(
     assert busy.alive()
 
 
-def test_f5_hanging_handler_times_out_and_frees_its_slot(engine: sa.Engine, procs: Workers) -> None:
+def test_hanging_handler_times_out_and_frees_its_slot(engine: sa.Engine, procs: Workers) -> None:
     hung = add(engine, "t.hang", max_attempts=2)
     worker = procs.start("--concurrency", "1")
     wait_for(lambda: effect_rows(engine, f"run:{hung}:1"), 10)
@@ -137,7 +137,7 @@ def test_f5_hanging_handler_times_out_and_frees_its_slot(engine: sa.Engine, proc
     assert worker.stop() == 0
 
 
-def test_f5_too_many_stuck_threads_exit_nonzero_after_clean_stop(
+def test_too_many_stuck_threads_exit_nonzero_after_clean_stop(
     engine: sa.Engine, procs: Workers
 ) -> None:
     hung = add(engine, "t.hang")
@@ -149,7 +149,7 @@ def test_f5_too_many_stuck_threads_exit_nonzero_after_clean_stop(
     assert "too_many_stuck_threads" in worker.log()
 
 
-def test_f8_unknown_type_is_not_claimed(engine: sa.Engine, procs: Workers) -> None:
+def test_unknown_type_is_not_claimed(engine: sa.Engine, procs: Workers) -> None:
     unknown = add(engine, "t.not_deployed_yet")
     known = add(engine, "t.effect")
     worker = procs.start()
@@ -161,7 +161,7 @@ def test_f8_unknown_type_is_not_claimed(engine: sa.Engine, procs: Workers) -> No
     assert worker.stop() == 0
 
 
-def test_d8_uncommitted_job_is_not_run_until_commit(engine: sa.Engine, procs: Workers) -> None:
+def test_uncommitted_job_is_not_run_until_commit(engine: sa.Engine, procs: Workers) -> None:
     worker = procs.start()
     with engine.connect() as conn:
         enqueue(conn, "t.effect", {"key": "rolled-back"})

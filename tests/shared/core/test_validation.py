@@ -202,14 +202,14 @@ def _nested(levels: int) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("levels", [101, 500, 1000, 5000])
-def test_b11_payloads_nested_past_the_limit_are_refused(conn: sa.Connection, levels: int) -> None:
+def test_payloads_nested_past_the_limit_are_refused(conn: sa.Connection, levels: int) -> None:
     with pytest.raises(ValidationError, match="nested more than 100 levels deep") as caught:
         enqueue(conn, "test.noop", _nested(levels))
     assert caught.value.field == "payload"
     assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 0
 
 
-def test_b11_a_payload_at_the_limit_is_accepted(conn: sa.Connection) -> None:
+def test_a_payload_at_the_limit_is_accepted(conn: sa.Connection) -> None:
     assert enqueue(conn, "test.noop", _nested(100)) > 0
 
 

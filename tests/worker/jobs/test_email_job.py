@@ -246,7 +246,7 @@ class CrashAfterSend:
         raise ConnectionAbortedError("worker lost after DATA 250")
 
 
-def test_f2_crash_between_send_and_record_resends_the_same_message_id(
+def test_crash_between_send_and_record_resends_the_same_message_id(
     engine: sa.Engine, smtp: SmtpSink
 ) -> None:
     set_mail_provider(CrashAfterSend)
@@ -267,7 +267,7 @@ def test_f2_crash_between_send_and_record_resends_the_same_message_id(
     assert len(smtp.received) == 2
 
 
-def test_f2_crash_after_record_before_completion_sends_nothing_more(
+def test_crash_after_record_before_completion_sends_nothing_more(
     engine: sa.Engine, smtp: SmtpSink
 ) -> None:
     job_id = add(engine, WELCOME)

@@ -264,7 +264,7 @@ def test_huge_response_body_is_read_capped(engine: sa.Engine, receiver: Receiver
     assert len(logged["response_excerpt"]) < 3000
 
 
-def test_e3_reset_after_apply_is_unknown_and_retried_with_the_same_id(
+def test_reset_after_apply_is_unknown_and_retried_with_the_same_id(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
     endpoint_at(engine, receiver, "/reset")
@@ -310,7 +310,7 @@ def test_unknown_endpoint_and_bad_payload_are_dead(engine: sa.Engine) -> None:
     assert "payload.event" in row(engine, bad).last_error
 
 
-def test_b10_private_target_is_refused_at_save_and_at_delivery(
+def test_private_target_is_refused_at_save_and_at_delivery(
     engine: sa.Engine, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for url in (
@@ -438,7 +438,7 @@ def test_a_requeued_copy_of_a_delivered_event_is_not_sent_again(
     assert len(receiver.seen) == 1
 
 
-def test_f2_kill_between_delivery_and_completion_applies_once(
+def test_kill_between_delivery_and_completion_applies_once(
     engine: sa.Engine, receiver: Receiver
 ) -> None:
     endpoint_at(engine, receiver, "/ok")

@@ -187,7 +187,7 @@ def test_a_hostile_400_body_neither_stalls_nor_kills_the_worker(
     assert "answered HTTP 400" in _job(engine, hostile).last_error
 
 
-def test_f2_sigkill_after_the_webhook_was_applied(
+def test_sigkill_after_the_webhook_was_applied(
     engine: sa.Engine, db_url: str, receiver: Receiver, workers: Workers
 ) -> None:
     receiver.secrets.append(
@@ -209,7 +209,7 @@ def test_f2_sigkill_after_the_webhook_was_applied(
     assert receiver.applied[first_seen.webhook_id] == 1
 
 
-def test_f2_sigkill_after_the_mail_was_accepted(
+def test_sigkill_after_the_mail_was_accepted(
     engine: sa.Engine, db_url: str, smtp: SmtpSink, workers: Workers
 ) -> None:
     job_id = _enqueue(
