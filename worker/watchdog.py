@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import sys
 import threading
 import time
@@ -191,7 +192,14 @@ class FreezeWatchdog:
             extra={"action": "watchdog_exit"},
         )
         with self._lock:
-            faulthandler.dump_traceback_later(0.001, exit=True, file=self._stream)
+            # From Python, holding the GIL: the other threads cannot move their frames while
+            # they are printed. (A 1 ms faulthandler timer would print them from its own C
+            # thread while they run — the heartbeat of a resumed process is busy — and
+            # could crash the process instead of ending it with this status.)
+            faulthandler.cancel_dump_traceback_later()
+            faulthandler.dump_traceback(file=self._stream, all_threads=True)
+            self._stream.flush()
+            os._exit(FROZEN_EXIT_STATUS)
 
     def _loop(self) -> None:
         while not self._stop.wait(REARM_SECONDS):
