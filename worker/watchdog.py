@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TextIO
 
 from jobdesk.worker.witness import WITNESS_SECONDS, RunningAttempt, Witness
@@ -197,6 +198,9 @@ class FreezeWatchdog:
             # thread while they run — the heartbeat of a resumed process is busy — and
             # could crash the process instead of ending it with this status.)
             faulthandler.cancel_dump_traceback_later()
+            # The header faulthandler's timer prints, with the limit that ran out.
+            self._stream.write(f"Timeout ({timedelta(seconds=round(self.limit_seconds))})!\n")
+            self._stream.flush()
             faulthandler.dump_traceback(file=self._stream, all_threads=True)
             self._stream.flush()
             os._exit(FROZEN_EXIT_STATUS)
