@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -135,12 +136,19 @@ def test_same_host_and_pid_get_distinct_ids(engine: sa.Engine, db_url: str) -> N
         with engine.begin() as conn:
             enqueue_many(conn, [NewJob("t.effect", {"key": f"f7:{i}"}) for i in range(40)])
         wait_for(lambda: all_done(engine, 40), 20)
-        with engine.connect() as conn:
-            rows = list(
-                conn.execute(
-                    sa.select(workers_table.c.id, workers_table.c.host, workers_table.c.pid)
+
+        def registered() -> list[Any]:
+            with engine.connect() as conn:
+                return list(
+                    conn.execute(
+                        sa.select(workers_table.c.id, workers_table.c.host, workers_table.c.pid)
+                    )
                 )
-            )
+
+        # On SQLite one runner's start may wait out the other's write lock (and retry)
+        # while the first drains all 40 jobs: wait for both registrations.
+        wait_for(lambda: len(registered()) >= 2, 20)
+        rows = registered()
     finally:
         for r in runners:
             r.request_stop()
