@@ -22,7 +22,9 @@ from tests.worker.procs import Workers, job, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql_only]
 
-LEASE = 3.0
+# The frozen session must still be there when the test looks (it lives half a lease after
+# the freeze): 5 s leaves 2.5 s for a loaded CI host to see the failpoint's log line.
+LEASE = 5.0
 ENV = {
     "JOBDESK_LEASE_SECONDS": str(LEASE),
     "JOBDESK_HEARTBEAT_SECONDS": "1",
