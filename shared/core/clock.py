@@ -5,6 +5,11 @@ asks the database once; `DatabaseClock` samples it and then advances with the lo
 monotonic clock, so a worker whose wall clock is an hour off (or jumps) still agrees
 with the database without paying a round trip on every claim. It re-samples
 periodically and exposes the measured skew for the dashboard.
+
+Its estimate never runs ahead of the database: it counts from the end of the sampling
+round trip (the sample cannot be later than that) and is cut to the database clock's
+resolution. A time a worker stamps (an attempt's finish) therefore never sorts after
+one the database stamps later (the claim of the job that waited for it).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.driver.types import utcnow
+from jobdesk.shared.core.driver.types import clock_resolution_microseconds, utcnow
 
 RESYNC_INTERVAL = timedelta(minutes=1)
 
@@ -34,6 +39,7 @@ class DatabaseClock:
     def __init__(self, engine: sa.Engine, resync: timedelta = RESYNC_INTERVAL) -> None:
         self._engine = engine
         self._resync_seconds = resync.total_seconds()
+        self._step = clock_resolution_microseconds(engine.dialect.name)
         self._lock = threading.Lock()
         self._anchor_db: datetime | None = None
         self._anchor_mono = 0.0
@@ -42,15 +48,15 @@ class DatabaseClock:
     def sync(self) -> None:
         """Sample the database clock (raises if the database is unreachable)."""
         with self._engine.connect() as conn:
-            before = time.monotonic()
             value = db_now(conn)
             after = time.monotonic()
             conn.rollback()
         wall = datetime.now(UTC)
         with self._lock:
-            # Assume the sample was taken halfway through the round trip.
+            # Taken somewhere in the round trip: counting from its end keeps every
+            # estimate at or before the database's own time.
             self._anchor_db = value
-            self._anchor_mono = (before + after) / 2
+            self._anchor_mono = after
             self.skew = wall - value
 
     def now(self) -> datetime:
@@ -64,6 +70,9 @@ class DatabaseClock:
                 if anchor is None:
                     raise
                 # Database briefly unreachable: keep counting from the last sample.
-                return anchor + timedelta(seconds=elapsed)
+                return self._cut(anchor + timedelta(seconds=elapsed))
             return self.now()
-        return anchor + timedelta(seconds=elapsed)
+        return self._cut(anchor + timedelta(seconds=elapsed))
+
+    def _cut(self, value: datetime) -> datetime:
+        return value - timedelta(microseconds=value.microsecond % self._step)

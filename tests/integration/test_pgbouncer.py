@@ -35,6 +35,7 @@ from jobdesk.shared.operator.commands.accounts import add_operator
 from jobdesk.shared.operator.queries.jobs import statement_deadline
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.worker.budget import budget_for
+from jobdesk.worker.resilience import DB_ERRORS
 from tests.dashboard.conftest import PASSWORD, SECRET, Browser
 from tests.integration.conftest import BouncedDatabase
 from tests.worker.procs import Workers, attempts_of, effect_rows, wait_for
@@ -266,6 +267,30 @@ def test_a_connection_pgbouncer_dropped_is_thrown_away_not_pooled(
     with pytest.raises(sa.exc.OperationalError), held.begin():
         held.execute(sa.text("SELECT 1"))
     assert held.invalidated
+    held.close()
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    engine.dispose()
+
+
+def test_a_commit_on_a_server_connection_that_died_is_an_outage_not_a_bug(
+    migrated: BouncedDatabase,
+) -> None:
+    """The server ends the backend of an open transaction (a restart, a terminated
+    session): PgBouncer answers the COMMIT with the backend's goodbye and its own error,
+    which psycopg reports as "received 2 results from command 'COMMIT'" (an
+    `InternalError`). It is an outage like a dropped connection — raised as a retryable
+    `OperationalError`, that connection thrown away — not a bug that ends an attempt."""
+    engine = make_engine(migrated.bounced_url, settings=BOUNCED, pool_size=1)
+    held = engine.connect()
+    transaction = held.begin()
+    pid = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    with psycopg.connect(migrated.direct_url.replace("+psycopg", ""), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(sa.exc.OperationalError, match="COMMIT") as raised:
+        transaction.commit()
+    assert raised.value.connection_invalidated
+    assert isinstance(raised.value, DB_ERRORS)
     held.close()
     with engine.begin() as conn:
         assert conn.execute(sa.text("SELECT 1")).scalar() == 1

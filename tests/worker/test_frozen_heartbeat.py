@@ -45,12 +45,16 @@ def _running_on(engine: sa.Engine, worker_prefix: str) -> list[int]:
 
 
 def _frozen_sessions(engine: sa.Engine) -> int:
+    """Worker sessions idle in a transaction whose last statement renewed leases: the
+    frozen heartbeat's. (The whole process stops: another of its threads caught inside
+    a transaction of its own — a claim, a completion — is frozen there too.)"""
     with engine.connect() as conn:
         return int(
             conn.execute(
                 sa.text(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND application_name = 'jobdesk-worker' AND state = 'idle in transaction'"
+                    "AND application_name = 'jobdesk-worker' AND state = 'idle in transaction' "
+                    "AND query LIKE '%UPDATE jobdesk_jobs SET lease_expires_at%'"
                 )
             ).scalar_one()
         )

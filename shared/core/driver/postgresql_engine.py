@@ -73,7 +73,7 @@ def make_postgresql_engine(
         execution_options=execution_options,
     )
     pool_liveness.install(engine)
-    event.listen(engine, "handle_error", _session_ended_is_a_disconnect)
+    event.listen(engine, "handle_error", _lost_session_is_a_disconnect)
     if per_transaction:
         event.listen(engine, "begin", _set_transaction_deadlines)
     elif settings.pgbouncer:
@@ -103,14 +103,27 @@ def deadlines_sql(
     )
 
 
-def _session_ended_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseException | None:
-    """`handle_error` hook: the server ending a session left idle in a transaction
-    (`idle_in_transaction_session_timeout`, SQLSTATE 25P03) is a lost connection, like
-    a terminated backend — psycopg reports it as an `InternalError`, which nothing would
-    retry and which would leave the dead connection in the pool. Raised instead as an
-    `OperationalError` with the connection invalidated, it is retried like any outage."""
+def _lost_session_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseException | None:
+    """`handle_error` hook: an error that means the server session is gone is raised as
+    an `OperationalError` with the connection invalidated, so it is retried like any
+    outage and the dead connection leaves the pool. Two such errors arrive as something
+    else, which nothing would retry:
+
+    - the server ending a session left idle in a transaction
+      (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), an `InternalError`;
+    - any error after which psycopg finds its connection broken — behind PgBouncer, a
+      COMMIT on a backend the server terminated gets the backend's goodbye and the
+      pooler's error, reported as "received 2 results from command 'COMMIT'"
+      (`InternalError`). Whether that COMMIT took effect is unknown, as with any
+      connection lost during a commit: Jobdesk's writes are fenced (lease token,
+      effect keys) so that running them again is safe.
+    """
     original = context.original_exception
-    if getattr(original, "sqlstate", None) != IDLE_SESSION_ENDED:
+    ended = getattr(original, "sqlstate", None) == IDLE_SESSION_ENDED
+    if not ended and not context.is_disconnect:
+        return None
+    if isinstance(context.sqlalchemy_exception, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        context.is_disconnect = True
         return None
     context.is_disconnect = True
     return sa.exc.OperationalError(
