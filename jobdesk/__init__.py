@@ -1,6 +1,6 @@
 """Jobdesk: a background job queue that lives in your database, with an operator dashboard.
 
-Enqueue from your app, in your own transaction::
+Enqueue from your app, in your own transaction (asyncio apps: `await enqueue_async(session, …)`)::
 
     from jobdesk import enqueue
 
@@ -42,11 +42,14 @@ from jobdesk.shared.core.errors import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
+    from jobdesk.shared.core.enqueue_async import enqueue_async, enqueue_many_async
     from jobdesk.worker.registry import RateLimit, job, schedule
 
 # The job authors' API comes from the worker package, loaded on first use: a web process
 # that only enqueues (or serves the dashboard) never imports the worker runtime.
 _WORKER_API = {"RateLimit", "job", "schedule"}
+# The asyncio API loads SQLAlchemy's asyncio extension: only for apps that use it.
+_ASYNC_API = {"enqueue_async", "enqueue_many_async"}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,6 +57,10 @@ def __getattr__(name: str) -> Any:
         from jobdesk.worker import registry
 
         return getattr(registry, name)
+    if name in _ASYNC_API:
+        from jobdesk.shared.core import enqueue_async
+
+        return getattr(enqueue_async, name)
     raise AttributeError(f"module 'jobdesk' has no attribute {name!r}")
 
 
@@ -67,7 +74,9 @@ __all__ = [
     "Snooze",
     "ValidationError",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
     "job",
     "schedule",
 ]

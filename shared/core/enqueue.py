@@ -65,6 +65,12 @@ def connection_of(bind: object) -> sa.Connection:
             "enqueue needs a Connection or Session so the job joins your transaction; "
             "use `with engine.begin() as conn: enqueue(conn, ...)`"
         )
+    if type(bind).__module__.startswith("sqlalchemy.ext.asyncio"):
+        raise TypeError(
+            f"enqueue needs a sync Connection or Session, got {type(bind).__name__} (asyncio): "
+            "use `await enqueue_async(session, ...)` / `await enqueue_many_async(...)` "
+            "from jobdesk"
+        )
     raise TypeError(f"enqueue needs a SQLAlchemy Connection or Session, got {type(bind).__name__}")
 
 
