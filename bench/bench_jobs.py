@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -18,3 +19,14 @@ def noop(payload: dict[str, Any], ctx: JobContext) -> None:
 def stamp(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
     """Returns the wall-clock time the handler started (latency benchmark)."""
     return {"t": time.time()}
+
+
+@job("bench.async_noop", queue="bench", max_attempts=3, timeout=30)
+async def async_noop(payload: dict[str, Any], ctx: JobContext) -> None:
+    """An `async def` that does nothing: the event loop's cost per job."""
+
+
+@job("bench.async_wait", queue="bench", max_attempts=3, timeout=30)
+async def async_wait(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Awaits 50 ms, like a call to a service: how many one process keeps in flight."""
+    await asyncio.sleep(0.05)

@@ -6,6 +6,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
                                          [--skip-raw] [--skip-pgqueuer]
                                          [--via-pgbouncer] [--database NAME]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
+    .venv/bin/python bench/throughput.py --async-handlers [--jobs 20000] [--rounds 3]
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is N /
 (last finished - first started) as recorded by the database, so process start-up is not
@@ -111,11 +112,11 @@ def fresh_sqlite(tmp: Path) -> str:
     return url
 
 
-def reset_and_fill(engine: sa.Engine, n: int) -> None:
+def reset_and_fill(engine: sa.Engine, n: int, job_type: str = "bench.noop") -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM jobdesk_job_attempts"))
         conn.execute(sa.delete(jobs))
-    batch = [NewJob("bench.noop", {"i": 0}) for _ in range(5000)]
+    batch = [NewJob(job_type, {"i": 0}) for _ in range(5000)]
     left = n
     while left > 0:
         with engine.begin() as conn:
@@ -392,6 +393,44 @@ def ci_guard(server: str, worker_args: Sequence[str], database: str = PG_DATABAS
     return 0 if ratio >= GUARD_FLOOR else 1
 
 
+#: `--async-handlers`: the same default worker draining plain no-op handlers, `async def`
+#: no-op handlers and `async def` handlers that await 50 ms, in rotating rounds.
+ASYNC_KINDS = {
+    "sync no-op": "bench.noop",
+    "async no-op": "bench.async_noop",
+    "async 50 ms": "bench.async_wait",
+}
+
+
+def async_handlers(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
+    url = fresh_postgres(server)
+    engine = make_engine(url, settings=Settings())
+
+    def drain_of(job_type: str) -> Drain:
+        def drain(size: int) -> Measured:
+            reset_and_fill(engine, size, job_type)
+            return run_worker(url, engine, size, worker_args)
+
+        return drain
+
+    drains = {name: drain_of(job_type) for name, job_type in ASYNC_KINDS.items()}
+    results = rounds(drains, n, count)
+    rates = {name: median([m.rate for m in got]) for name, got in results.items()}
+    for name, got in results.items():
+        cpu = median([m.cpu_us for m in got])
+        print(f"  {name:<12} {rates[name]:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
+    ratios = [
+        a.rate / s.rate for a, s in zip(results["async no-op"], results["sync no-op"], strict=True)
+    ]
+    print(
+        f"async no-op / sync no-op: {median(ratios):.2f} median of rounds "
+        f"({', '.join(f'{r:.2f}' for r in ratios)}); async handlers awaiting 50 ms: "
+        f"{rates['async 50 ms']:,.0f} jobs/s with one worker process",
+        flush=True,
+    )
+    engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[20_000, 100_000])
@@ -412,6 +451,12 @@ def main() -> None:
     )
     parser.add_argument("--ci-guard", action="store_true", help="see the module docstring")
     parser.add_argument(
+        "--async-handlers",
+        action="store_true",
+        help="PostgreSQL: plain vs `async def` no-op handlers, and async handlers awaiting "
+        "50 ms, drained by the same default worker (first --jobs size)",
+    )
+    parser.add_argument(
         "--database",
         default=PG_DATABASE,
         help="name of the bench database (dropped and re-created; default %(default)s) — "
@@ -423,6 +468,9 @@ def main() -> None:
     server = os.environ.get("JOBDESK_BENCH_POSTGRES_URL", DEFAULT_PG_SERVER)
     if args.ci_guard:
         sys.exit(ci_guard(server, worker_args, args.database))
+    if args.async_handlers:
+        async_handlers(server, args.jobs[0], args.rounds, worker_args)
+        return
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:
         systems = [WORKER]

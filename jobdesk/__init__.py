@@ -25,6 +25,7 @@ in your Flask app). Everything Jobdesk stores is in `jobdesk_*` tables.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from jobdesk import _layout
@@ -40,16 +41,22 @@ from jobdesk.shared.core.errors import (  # noqa: E402
     Snooze,
     ValidationError,
 )
+from jobdesk.shared.core.results import JobResult, job_result, wait  # noqa: E402
 
 if TYPE_CHECKING:
     from jobdesk.shared.core.enqueue_async import enqueue_async, enqueue_many_async
+    from jobdesk.shared.core.results_async import wait_async
     from jobdesk.worker.registry import RateLimit, job, schedule
 
 # The job authors' API comes from the worker package, loaded on first use: a web process
 # that only enqueues (or serves the dashboard) never imports the worker runtime.
 _WORKER_API = {"RateLimit", "job", "schedule"}
 # The asyncio API loads SQLAlchemy's asyncio extension: only for apps that use it.
-_ASYNC_API = {"enqueue_async", "enqueue_many_async"}
+_ASYNC_API = {
+    "enqueue_async": "enqueue_async",
+    "enqueue_many_async": "enqueue_async",
+    "wait_async": "results_async",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -58,14 +65,14 @@ def __getattr__(name: str) -> Any:
 
         return getattr(registry, name)
     if name in _ASYNC_API:
-        from jobdesk.shared.core import enqueue_async
-
-        return getattr(enqueue_async, name)
+        module = importlib.import_module(f"jobdesk.shared.core.{_ASYNC_API[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module 'jobdesk' has no attribute {name!r}")
 
 
 __all__ = [
     "DatabaseUnavailable",
+    "JobResult",
     "NewJob",
     "PermanentError",
     "RateLimit",
@@ -78,5 +85,8 @@ __all__ = [
     "enqueue_many",
     "enqueue_many_async",
     "job",
+    "job_result",
     "schedule",
+    "wait",
+    "wait_async",
 ]

@@ -23,6 +23,7 @@ from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.settings import Settings
 
 DEFAULT_CONCURRENCY: Final = 10
+DEFAULT_ASYNC_CONCURRENCY: Final = 200
 MAX_SLOTS: Final = 1000
 #: Most jobs claimed by one statement (the rest wait for the next claim). As many as may
 #: wait for a slot (`pool.PREFETCH_MAX`): with quick handlers a claim then takes all the
@@ -104,6 +105,8 @@ class WorkerConfig:
     claim_batch: int = MAX_CLAIM_BATCH
     #: After a cancel request, how long a handler has to stop before it is stopped hard.
     cancel_grace_seconds: float = 10.0
+    #: `async def` handlers in flight at once per slot group (its event loop's tasks).
+    async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY
 
     @property
     def total_slots(self) -> int:
@@ -144,4 +147,5 @@ class WorkerConfig:
             leader_lease_seconds=leader,
             max_stuck_threads=max_stuck_threads,
             cancel_grace_seconds=settings.cancel_grace_seconds,
+            async_concurrency=settings.async_concurrency,
         )

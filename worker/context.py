@@ -18,6 +18,11 @@ to one lease, within the attempt's deadline; when the database is still unavaila
 `DatabaseUnavailable` — a `Snooze` — ends the attempt without counting it. Database
 trouble never walks a job towards `dead`; the handler's own failures still do.
 
+An `async def` handler gets the same `ctx`; its database work has awaitable twins that
+run it off the event loop: `progress_async`, `effect_done_async`, `record_effect_async`,
+`once_async` (whose outside effect may be an `async def`). `ctx.cancelled.is_set()` is
+the same flag; the hard stop of a coroutine is the cancellation of its task.
+
 `with_outcome(write)` hands the worker a write to make in the transaction that records
 the attempt's outcome (the completer's batch) instead of in a transaction of its own: a
 record of what the handler did — a delivery log row, an effect marked done — commits
@@ -26,6 +31,7 @@ with the job's new state, or not at all, and costs no round trip or commit of it
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -297,6 +303,20 @@ class JobContext:
         if _takes_connection(effect):
             return self._once_in_transaction(key, effect)
         reservation = self.reserve(key)
+        done = self._done_or_mine(key, reservation)
+        if done is not None:
+            return done
+        try:
+            detail = effect() or {}
+        except BaseException:
+            self.release(key)
+            raise
+        self._record_done(key, detail)
+        return detail
+
+    def _done_or_mine(self, key: str, reservation: Reservation) -> dict[str, Any] | None:
+        """The stored detail when `key` is done already (skip the effect), None when the
+        reservation is this attempt's (do it); a `Snooze` while another attempt has it."""
         if reservation.done is not None:
             return self._skipped(key, reservation)
         if reservation.held:
@@ -304,12 +324,42 @@ class JobContext:
                 EFFECT_WAIT_SECONDS,
                 f"effect {key} is being done by job #{reservation.by_job}; waiting for it",
             )
+        return None
+
+    # ------------------------------------------------------------------ asyncio
+    # For `async def` handlers: the same database work, run on a thread so the event
+    # loop (and every other coroutine on it) goes on meanwhile.
+
+    async def progress_async(self, done: int, total: int | None = None, **extra: Any) -> bool:
+        """`progress` from a coroutine."""
+        return await asyncio.to_thread(self.progress, done, total, **extra)
+
+    async def effect_done_async(self, key: str) -> dict[str, Any] | None:
+        """`effect_done` from a coroutine."""
+        return await asyncio.to_thread(self.effect_done, key)
+
+    async def record_effect_async(self, key: str, detail: dict[str, Any] | None = None) -> bool:
+        """`record_effect` from a coroutine."""
+        return await asyncio.to_thread(self.record_effect, key, detail)
+
+    async def once_async(self, key: str, effect: Callable[..., Any]) -> dict[str, Any]:
+        """`once` from a coroutine. An `async def` effect taking no argument (an effect
+        outside the database: a POST with an async client) is awaited between the
+        reservation of `key` and its record; any other effect is run by `once` itself
+        on a thread (an `effect(conn)` in this database included)."""
+        if not inspect.iscoroutinefunction(effect):
+            return await asyncio.to_thread(self.once, key, effect)
+        check_effect_key(key)
+        reservation = await asyncio.to_thread(self.reserve, key)
+        done = self._done_or_mine(key, reservation)
+        if done is not None:
+            return done
         try:
-            detail = effect() or {}
+            detail: dict[str, Any] = await effect() or {}
         except BaseException:
-            self.release(key)
+            await asyncio.to_thread(self.release, key)
             raise
-        self._record_done(key, detail)
+        await asyncio.to_thread(self._record_done, key, detail)
         return detail
 
     def _skipped(self, key: str, reservation: Reservation) -> dict[str, Any]:

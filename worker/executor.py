@@ -32,7 +32,9 @@ cannot be formatted is described without them ("<unprintable ValueError>").
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import logging
 import math
 import threading
@@ -156,6 +158,24 @@ def execute(
     """Run the handler in this thread and classify how it ended (never raises)."""
     ctx.collect_outcome_writes()
     outcome = _run(job, job_type, ctx, clock)
+    return _with_writes(outcome, ctx)
+
+
+async def execute_async(
+    job: ClaimedJob,
+    job_type: JobType,
+    ctx: JobContext,
+    *,
+    clock: Callable[[], datetime],
+) -> Outcome:
+    """`execute` for an `async def` handler, awaited on the worker's event loop (never
+    raises; a cancellation of its task — the timeout's hard stop — is an outcome too)."""
+    ctx.collect_outcome_writes()
+    outcome = await _run_async(job, job_type, ctx, clock)
+    return _with_writes(outcome, ctx)
+
+
+def _with_writes(outcome: Outcome, ctx: JobContext) -> Outcome:
     writes = ctx.take_outcome_writes()
     return dataclasses.replace(outcome, writes=writes) if writes else outcome
 
@@ -166,41 +186,92 @@ def _run(
     start = time.monotonic()
     try:
         if job_type.rate_limit is not None:
-            limit = job_type.rate_limit
-            # From this process's allowance: a transaction only when it needs a refill.
-            wait = acquire(
-                ctx.engine,
-                limit.key,
-                rate=limit.rate,
-                per_seconds=limit.per_seconds,
-                burst=limit.burst,
-                now=clock(),
-            )
-            if wait > 0:
-                return Outcome(
-                    job,
-                    Kind.SNOOZED,
-                    error=f"rate limit {limit.key}",
-                    delay_seconds=wait,
-                    duration=time.monotonic() - start,
-                )
+            limited = _rate_limited(job, job_type, ctx, clock, start)
+            if limited is not None:
+                return limited
         result = job_type.handler(job.payload, ctx)
         failpoints.hit(failpoints.AFTER_EFFECT)
-        try:
-            stored = _json_result(result, ctx.settings.max_payload_bytes)
-        except ValidationError as exc:
-            # The handler did its work: running it again would repeat its side effects,
-            # so the job ends dead with the reason instead of retrying (B12).
-            return Outcome(
-                job,
-                Kind.PERMANENT,
-                error=f"ResultNotStorable: the handler finished but its {type(result).__name__} "
-                f"result cannot be stored: {exc.field}: {exc.message}",
-                duration=time.monotonic() - start,
-            )
-        return Outcome(job, Kind.SUCCEEDED, result=stored, duration=time.monotonic() - start)
+        return _returned(job, result, ctx, start)
     except BaseException as exc:  # every way a handler ends is an outcome (see the module)
         return _raised(job, job_type, exc, time.monotonic() - start)
+
+
+async def _run_async(
+    job: ClaimedJob, job_type: JobType, ctx: JobContext, clock: Callable[[], datetime]
+) -> Outcome:
+    start = time.monotonic()
+    try:
+        if job_type.rate_limit is not None:
+            # A database round trip at times: off the event loop.
+            limited = await asyncio.to_thread(_rate_limited, job, job_type, ctx, clock, start)
+            if limited is not None:
+                return limited
+        result = await job_type.handler(job.payload, ctx)
+        failpoints.hit(failpoints.AFTER_EFFECT)
+        return _returned(job, result, ctx, start)
+    except BaseException as exc:  # CancelledError included: see execute_async
+        return _raised(job, job_type, exc, time.monotonic() - start)
+
+
+def _rate_limited(
+    job: ClaimedJob,
+    job_type: JobType,
+    ctx: JobContext,
+    clock: Callable[[], datetime],
+    start: float,
+) -> Outcome | None:
+    """A snooze when the type's rate limit has no room now, else None (room taken)."""
+    limit = job_type.rate_limit
+    assert limit is not None
+    # From this process's allowance: a transaction only when it needs a refill.
+    wait = acquire(
+        ctx.engine,
+        limit.key,
+        rate=limit.rate,
+        per_seconds=limit.per_seconds,
+        burst=limit.burst,
+        now=clock(),
+    )
+    if wait <= 0:
+        return None
+    return Outcome(
+        job,
+        Kind.SNOOZED,
+        error=f"rate limit {limit.key}",
+        delay_seconds=wait,
+        duration=time.monotonic() - start,
+    )
+
+
+def _returned(job: ClaimedJob, result: Any, ctx: JobContext, start: float) -> Outcome:
+    """The outcome of a handler that returned `result`."""
+    if result is not None and inspect.isawaitable(result):
+        # A plain function returned a coroutine (a wrapper around an `async def` that
+        # hid it): nothing ran. Close it so Python does not warn it was never awaited.
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        return Outcome(
+            job,
+            Kind.PERMANENT,
+            error=f"HandlerNotAwaited: the handler of {job.job_type} returned a "
+            f"{type(result).__name__} instead of running: register the `async def` itself "
+            "(a wrapper must be `async def` too), so the worker awaits it",
+            duration=time.monotonic() - start,
+        )
+    try:
+        stored = _json_result(result, ctx.settings.max_payload_bytes)
+    except ValidationError as exc:
+        # The handler did its work: running it again would repeat its side effects,
+        # so the job ends dead with the reason instead of retrying (B12).
+        return Outcome(
+            job,
+            Kind.PERMANENT,
+            error=f"ResultNotStorable: the handler finished but its {type(result).__name__} "
+            f"result cannot be stored: {exc.field}: {exc.message}",
+            duration=time.monotonic() - start,
+        )
+    return Outcome(job, Kind.SUCCEEDED, result=stored, duration=time.monotonic() - start)
 
 
 def _raised(job: ClaimedJob, job_type: JobType, exc: BaseException, duration: float) -> Outcome:

@@ -8,6 +8,8 @@ its job module enqueues into the right queue.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,6 +68,32 @@ class JobType:
     timeout_seconds: float
     retry: RetryPolicy
     rate_limit: RateLimit | None = None
+    #: `async def` handler: the worker runs it on its event loop (`worker.async_pool`).
+    is_async: bool = False
+
+
+def handler_kind(name: str, fn: object) -> bool:
+    """True for a coroutine handler (`async def`, also behind `functools.partial` or as
+    an object's `async def __call__`), False for a plain function; anything the worker
+    cannot run is refused here, at import, with the reason."""
+    if not callable(fn):
+        raise TypeError(f"job type {name!r}: the handler must be callable, got {type(fn).__name__}")
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = target if inspect.isroutine(target) or inspect.isclass(target) else target.__call__
+    if inspect.isasyncgenfunction(call) or inspect.isgeneratorfunction(call):
+        kind = "an async generator" if inspect.isasyncgenfunction(call) else "a generator"
+        raise TypeError(
+            f"job type {name!r}: the handler is {kind} function (it yields); a handler "
+            "returns its result — `def` for blocking code, `async def` for asyncio code"
+        )
+    if inspect.isclass(target):
+        raise TypeError(
+            f"job type {name!r}: the handler is the class {target.__name__}; register a "
+            "function (or an instance with __call__)"
+        )
+    return inspect.iscoroutinefunction(call)
 
 
 class Registry:
@@ -96,6 +124,12 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._types)
+
+    def names_by_kind(self) -> tuple[list[str], list[str]]:
+        """(plain handlers' type names, `async def` handlers' type names)."""
+        plain = [n for n in self.names() if not self._types[n].is_async]
+        coroutines = [n for n in self.names() if self._types[n].is_async]
+        return plain, coroutines
 
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self._types.values()})
@@ -132,6 +166,10 @@ def job(
 ) -> Callable[[Handler], Handler]:
     """Register `fn(payload, ctx)` as the handler of job type `name`.
 
+    `fn` is a plain function (run on a slot thread, `--concurrency` at once) or an
+    `async def` (run on the worker's event loop, `JOBDESK_ASYNC_CONCURRENCY` at once);
+    generators and anything else the worker cannot run are refused here.
+
     Any exception retries with backoff; `PermanentError` sends the job to `dead` at once;
     `RetryAfter(seconds)` retries at that time. The return value (JSON-able) is stored as
     the job's result.
@@ -163,6 +201,7 @@ def job(
         spec = ScheduleSpec(name, name, {}, cron=cron, every=every, tz=tz, catch_up=catch_up)
 
     def register(fn: Handler) -> Handler:
+        is_async = handler_kind(name, fn)
         # `target or registry` would pick the global one for an empty (falsy) Registry.
         (registry if target is None else target).add(
             JobType(
@@ -174,6 +213,7 @@ def job(
                 timeout_seconds=resolved_timeout,
                 retry=RetryPolicy(backoff or ExponentialBackoff()),
                 rate_limit=limit,
+                is_async=is_async,
             )
         )
         register_defaults(

@@ -63,10 +63,12 @@ from jobdesk.shared.core.worker_registry import (
 )
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
+from jobdesk.worker.async_pool import AsyncPool
 from jobdesk.worker.completer import Completer, RecordOutcome
-from jobdesk.worker.config import SlotGroup, WorkerConfig
-from jobdesk.worker.executor import Attempt, execute, make_attempt
+from jobdesk.worker.config import WorkerConfig
+from jobdesk.worker.executor import Attempt, Outcome, execute, execute_async, make_attempt
 from jobdesk.worker.heartbeat import Heartbeat
+from jobdesk.worker.lanes import Lane, lanes_for
 from jobdesk.worker.listener import Listener
 from jobdesk.worker.maintenance.scheduler import Maintenance
 from jobdesk.worker.maintenance.tasks import MaintenanceContext
@@ -153,8 +155,9 @@ class Runner:
         self._grace_end: float | None = None
         self._held: dict[int, Attempt] = {}
         self._held_lock = threading.Lock()
-        self._more: dict[str, bool] = {g.name: True for g in config.groups}
-        self._last_claim: dict[str, float] = {g.name: 0.0 for g in config.groups}
+        self.lanes = lanes_for(config, *registry.names_by_kind())
+        self._more: dict[str, bool] = {lane.key: True for lane in self.lanes}
+        self._last_claim: dict[str, float] = {lane.key: 0.0 for lane in self.lanes}
         self._next_check = 0.0  # monotonic time of the next hard-timeout check
         self._claim_backoff = Backoff()
         self._claim_retry_at = 0.0
@@ -166,16 +169,8 @@ class Runner:
         self._claim_conn = HeldConnection(one_statement(engine))
         self.claimed_total = 0
         self.outcomes: Counter[str] = Counter()
-        self.pools: dict[str, SlotPool] = {
-            g.name: SlotPool(
-                g.name,
-                g.slots,
-                run=self._run_attempt,
-                on_timeout=self._on_timeout,
-                on_free=self._wake.set,
-                on_crash=self._on_slot_crash,
-            )
-            for g in config.groups
+        self.pools: dict[str, SlotPool | AsyncPool] = {
+            lane.key: self._pool_for(lane) for lane in self.lanes
         }
         self.completer = Completer(
             engine,
@@ -214,6 +209,25 @@ class Runner:
             holder=self.worker_id,
             leader_ttl=config.leader_lease_seconds,
             clock=self.clock.now,
+        )
+
+    def _pool_for(self, lane: Lane) -> SlotPool | AsyncPool:
+        if lane.is_async:
+            return AsyncPool(
+                lane.key,
+                lane.slots,
+                run=self._run_attempt_async,
+                on_timeout=self._on_timeout,
+                on_free=self._wake.set,
+                on_crash=self._on_slot_crash,
+            )
+        return SlotPool(
+            lane.key,
+            lane.slots,
+            run=self._run_attempt,
+            on_timeout=self._on_timeout,
+            on_free=self._wake.set,
+            on_crash=self._on_slot_crash,
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -304,8 +318,10 @@ class Runner:
             "worker %s started: %s; %d job types; lease %gs, poll %gs",
             self.worker_id,
             ", ".join(
-                f"{g.name}={g.slots}" if g.queues else f"all queues={g.slots}"
-                for g in self.config.groups
+                (f"{lane.group.name}" if lane.group.queues else "all queues")
+                + ("=" if not lane.is_async else " async=")
+                + str(lane.slots)
+                for lane in self.lanes
             ),
             len(self.job_types),
             self.config.lease_seconds,
@@ -421,39 +437,39 @@ class Runner:
         if now < self._claim_retry_at or self.completer.pending > MAX_PENDING_WRITES:
             return float("inf")
         again = float("inf")
-        for group in self.config.groups:
-            pool = self.pools[group.name]
+        for lane in self.lanes:
+            pool = self.pools[lane.key]
             free = pool.free()
-            if free <= 0 or not self._more[group.name] or self.stopping.is_set():
+            if free <= 0 or not self._more[lane.key] or self.stopping.is_set():
                 continue
-            since = now - self._last_claim[group.name]
+            since = now - self._last_claim[lane.key]
             if free < pool.wake_threshold and pool.busy and since < CLAIM_COOLDOWN_SECONDS:
                 # Busy and only a few slots free: wait briefly for more to free up, so a
                 # backlog is claimed in batches instead of one job per statement.
                 again = min(again, CLAIM_COOLDOWN_SECONDS - since)
                 continue
             limit = min(free, self.config.claim_batch)
-            claimed = self._claim(group, limit)
-            self._last_claim[group.name] = time.monotonic()
+            claimed = self._claim(lane, limit)
+            self._last_claim[lane.key] = time.monotonic()
             if claimed is None:
                 return float("inf")
             full = len(claimed) == limit
-            self._more[group.name] = full
+            self._more[lane.key] = full
             if claimed:
                 self._hand_over(pool, claimed)
             if full and pool.free() > 0:
                 again = 0.0
         return again
 
-    def _claim(self, group: SlotGroup, limit: int) -> list[Any] | None:
+    def _claim(self, lane: Lane, limit: int) -> list[Any] | None:
         try:
             with self._claim_conn.begin() as conn:
                 jobs = claim(
                     conn,
                     worker_id=self.worker_id,
                     limit=limit,
-                    queues=group.queues,
-                    job_types=self.job_types,
+                    queues=lane.group.queues,
+                    job_types=lane.job_types,
                     lease_seconds=self.config.lease_seconds,
                     # No `now`: the claim reads the database clock itself (PostgreSQL: in
                     # the same statement), exact where an estimate could make a job
@@ -478,7 +494,7 @@ class Runner:
             self._claim_outage.recovered()
         return jobs
 
-    def _hand_over(self, pool: SlotPool, claimed: list[Any]) -> None:
+    def _hand_over(self, pool: SlotPool | AsyncPool, claimed: list[Any]) -> None:
         get_type = self.registry.get
         engine = self.handler_engine
         attempts = []
@@ -510,20 +526,36 @@ class Runner:
         return released
 
     def _on_queues(self, queues: list[str] | None) -> None:
-        for group in self.config.groups:
-            if queues is None or any(group.serves(q) for q in queues):
-                self._more[group.name] = True
+        for lane in self.lanes:
+            if queues is None or any(lane.group.serves(q) for q in queues):
+                self._more[lane.key] = True
         self._wake.set()
 
     # ----------------------------------------------------------------- attempts
     def _run_attempt(self, attempt: Attempt) -> None:
+        if self._starts(attempt):
+            outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
+            self._ended(attempt, outcome)
+
+    async def _run_attempt_async(self, attempt: Attempt) -> None:
+        """`_run_attempt` for an `async def` handler, on its slot group's event loop."""
+        if self._starts(attempt):
+            outcome = await execute_async(
+                attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now
+            )
+            self._ended(attempt, outcome)
+
+    def _starts(self, attempt: Attempt) -> bool:
+        """False when a cancel request came while the job waited: it ends unstarted."""
         if attempt.cancel_requested:
             if attempt.cancel_unstarted():
                 self.completer.submit(attempt)
-            return
+            return False
         if self.watchdog is not None:
             self.watchdog.attempt_began(attempt.deadline)
-        outcome = execute(attempt.job, attempt.job_type, attempt.ctx, clock=self.clock.now)
+        return True
+
+    def _ended(self, attempt: Attempt, outcome: Outcome) -> None:
         if attempt.finish(attempt.stopped_on_request(outcome)):
             self.completer.submit(attempt)
 
@@ -549,25 +581,29 @@ class Runner:
         self._wake.set()
 
     def _on_timeout(self, attempt: Attempt) -> None:
+        stopped = (
+            "its task is cancelled" if attempt.job_type.is_async else "its thread is abandoned"
+        )
         if attempt.cancel_requested:
             if attempt.stop_hard():
                 self.completer.submit(attempt)
             log.warning(
-                "job %s (%s) did not stop within %gs of its cancel request; its thread is "
-                "abandoned",
+                "job %s (%s) did not stop within %gs of its cancel request; %s",
                 attempt.job.id,
                 attempt.job.job_type,
                 attempt.cancel_grace,
+                stopped,
                 extra={"action": "job_stopped_hard", "job_id": attempt.job.id},
             )
             return
         if attempt.time_out():
             self.completer.submit(attempt)
         log.warning(
-            "job %s (%s) exceeded its %gs timeout; its thread is abandoned",
+            "job %s (%s) exceeded its %gs timeout; %s",
             attempt.job.id,
             attempt.job.job_type,
             attempt.timeout,
+            stopped,
             extra={"action": "job_timeout", "job_id": attempt.job.id},
         )
 

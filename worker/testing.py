@@ -18,6 +18,7 @@ then); jobs not due at that time stay where they are.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,8 +31,9 @@ from jobdesk.shared.core.claim import ClaimedJob, claim
 from jobdesk.shared.core.clock import DatabaseClock
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.settings import Settings
+from jobdesk.worker.async_pool import HARD_STOP_SECONDS
 from jobdesk.worker.completer import apply_outcomes
-from jobdesk.worker.executor import Attempt, Kind, Outcome, execute, make_attempt
+from jobdesk.worker.executor import Attempt, Kind, Outcome, execute, execute_async, make_attempt
 from jobdesk.worker.pool import settle_crashed
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import registry as default_registry
@@ -96,7 +98,10 @@ def run_with_timeout(attempt: Attempt, clock: Callable[[], datetime]) -> Outcome
 
     def body() -> None:
         try:
-            attempt.finish(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
+            if attempt.job_type.is_async:
+                asyncio.run(_run_coroutine(attempt, clock))
+            else:
+                attempt.finish(execute(attempt.job, attempt.job_type, attempt.ctx, clock=clock))
         except BaseException as exc:  # execute() never raises; if it did, like a worker's slot
             settle_crashed(attempt, exc)
 
@@ -107,6 +112,21 @@ def run_with_timeout(attempt: Attempt, clock: Callable[[], datetime]) -> Outcome
         attempt.time_out()
     assert attempt.outcome is not None
     return attempt.outcome
+
+
+async def _run_coroutine(attempt: Attempt, clock: Callable[[], datetime]) -> None:
+    """An `async def` handler on this thread's own event loop: at its timeout the attempt
+    is settled and the task cancelled, as the worker does."""
+    task = asyncio.ensure_future(
+        execute_async(attempt.job, attempt.job_type, attempt.ctx, clock=clock)
+    )
+    done, _ = await asyncio.wait({task}, timeout=attempt.timeout)
+    if done:
+        attempt.finish(task.result())
+        return
+    attempt.time_out()
+    task.cancel()
+    await asyncio.wait({task}, timeout=HARD_STOP_SECONDS)
 
 
 def drain(

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     "(env JOBDESK_CONCURRENCY, default 10)",
 )
 @click.option(
+    "--async-concurrency",
+    type=click.IntRange(1, 10000),
+    help="`async def` handlers in flight at once per slot group, on the worker's event "
+    "loop. (env JOBDESK_ASYNC_CONCURRENCY, default 200)",
+)
+@click.option(
     "--jobs",
     "job_modules",
     metavar="MOD[,MOD]",
@@ -94,6 +100,7 @@ def worker(
     ctx: click.Context,
     queues: str | None,
     concurrency: int | None,
+    async_concurrency: int | None,
     job_modules: tuple[str, ...],
     shutdown_timeout: float | None,
     poll_interval: float | None,
@@ -124,6 +131,7 @@ def worker(
     options = {
         "queues": queues,
         "concurrency": concurrency,
+        "async_concurrency": async_concurrency,
         "shutdown_timeout_seconds": shutdown_timeout,
         "poll_interval_seconds": poll_interval,
         "lease_seconds": lease,

@@ -20,7 +20,8 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.driver.types import clock_resolution_microseconds, utcnow
+from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.driver.types import utcnow
 
 RESYNC_INTERVAL = timedelta(minutes=1)
 
@@ -39,7 +40,7 @@ class DatabaseClock:
     def __init__(self, engine: sa.Engine, resync: timedelta = RESYNC_INTERVAL) -> None:
         self._engine = engine
         self._resync_seconds = resync.total_seconds()
-        self._step = clock_resolution_microseconds(engine.dialect.name)
+        self._step = driver(engine).clock_step_microseconds
         self._lock = threading.Lock()
         self._anchor_db: datetime | None = None
         self._anchor_mono = 0.0

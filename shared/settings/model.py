@@ -118,6 +118,14 @@ class Settings:
     concurrency: int = setting(
         10, "handlers at once (1 to 1000)", group=WORKER, minimum=1, maximum=1000
     )
+    async_concurrency: int = setting(
+        200,
+        "`async def` handlers in flight at once per slot group, on the worker's event loop "
+        "(1 to 10000)",
+        group=WORKER,
+        minimum=1,
+        maximum=10000,
+    )
     lease_seconds: float = setting(
         30.0, "claim lease (≥ 1), renewed by heartbeats", group=WORKER, minimum=1
     )

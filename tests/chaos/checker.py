@@ -218,11 +218,11 @@ def _effect_of(
 ) -> tuple[int, int, bool]:
     """(times applied, times delivered, known duplicate) for the job's logical effect."""
     key = item.key
-    if item.job_type in ("chaos.effect", "chaos.once_db"):
+    if item.job_type in ("chaos.effect", "chaos.async_effect", "chaos.once_db"):
         return effect_rows[key], effect_rows[key], False
     if item.job_type == "chaos.abort":
         return 0, 0, False
-    if item.job_type == "chaos.once":
+    if item.job_type in ("chaos.once", "chaos.async_once"):
         delivered = once_rows.get(key, 0)
         return min(delivered, 1), delivered, False
     if item.job_type == "email.send":

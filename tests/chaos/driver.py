@@ -255,13 +255,15 @@ class ChaosRun:
             dies = rng.random() < 0.03
             group = f"g{rng.randint(0, 9)}" if rng.random() < 0.2 else None
             payload: dict[str, Any] = {"key": key, "ms": ms, "die": dies}
-            spec = NewJob("chaos.effect", payload, group_key=group)
+            kind = "chaos.async_effect" if rng.random() < 0.4 else "chaos.effect"
+            spec = NewJob(kind, payload, group_key=group)
         elif pick < 0.45:
             dies = rng.random() < 0.02
             spec = NewJob("chaos.once_db", {"key": key, "ms": ms, "die": dies})
         elif pick < 0.57:
             dies = rng.random() < 0.02
-            spec = NewJob("chaos.once", {"key": key, "ms": ms, "die": dies})
+            kind = "chaos.async_once" if rng.random() < 0.5 else "chaos.once"
+            spec = NewJob(kind, {"key": key, "ms": ms, "die": dies})
         elif pick < 0.74:
             dies = False
             spec = NewJob(

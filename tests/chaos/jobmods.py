@@ -9,6 +9,9 @@
 - `chaos.once` goes through `ctx.once(key, fn())`: its effect is an "outside" write (own
   transaction) into `chaos_once`, which — like a well-behaved receiver — counts a
   repeat of the same key as a delivery, not as a second application.
+- `chaos.async_effect` and `chaos.async_once` are the same two as `async def` handlers
+  (the worker's event loop; `ctx.once_async` with an async outside effect), so a run
+  mixes both kinds of handler under the same faults.
 - `chaos.abort` ends every attempt the ways a handler should not: `SystemExit` (argparse
   does it), `KeyboardInterrupt`, or an exception whose `str()` raises. Each attempt must
   fail like any error; enqueued with two attempts, the job ends `dead`.
@@ -26,6 +29,7 @@ configuration of the retry delays only, the handlers are the real ones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -77,9 +81,26 @@ def _pause(payload: dict[str, Any]) -> None:
         raise PermanentError("planted: this job is meant to die")
 
 
+async def _pause_async(payload: dict[str, Any]) -> None:
+    await asyncio.sleep(float(payload.get("ms", 0)) / 1000.0)
+    if payload.get("die"):
+        raise PermanentError("planted: this job is meant to die")
+
+
 @job("chaos.effect", queue=QUEUE, max_attempts=MAX_ATTEMPTS, timeout=10, backoff=FAST)
 def chaos_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     _pause(payload)
+    return _apply_effect(payload, ctx)
+
+
+@job("chaos.async_effect", queue=QUEUE, max_attempts=MAX_ATTEMPTS, timeout=10, backoff=FAST)
+async def chaos_async_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """`chaos.effect` as an `async def`: its transaction on a thread, off the loop."""
+    await _pause_async(payload)
+    return await asyncio.to_thread(_apply_effect, payload, ctx)
+
+
+def _apply_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     key = f"effect:{payload['key']}"
     try:
         with _own_work(), ctx.engine.begin() as conn:
@@ -103,11 +124,28 @@ def chaos_once_job(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     key = str(payload["key"])
 
     def deliver() -> dict[str, Any]:
-        with _own_work(), ctx.engine.begin() as conn:
-            _upsert_delivery(conn, key)
+        _deliver(ctx, key)
         return {"attempt": ctx.attempt}
 
     return ctx.once(f"once:{key}", deliver)
+
+
+@job("chaos.async_once", queue=QUEUE, max_attempts=MAX_ATTEMPTS, timeout=10, backoff=FAST)
+async def chaos_async_once(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """`chaos.once` as an `async def`: `ctx.once_async` awaits an async outside effect."""
+    await _pause_async(payload)
+    key = str(payload["key"])
+
+    async def deliver() -> dict[str, Any]:
+        await asyncio.to_thread(_deliver, ctx, key)
+        return {"attempt": ctx.attempt}
+
+    return await ctx.once_async(f"once:{key}", deliver)
+
+
+def _deliver(ctx: JobContext, key: str) -> None:
+    with _own_work(), ctx.engine.begin() as conn:
+        _upsert_delivery(conn, key)
 
 
 @job("chaos.once_db", queue=QUEUE, max_attempts=MAX_ATTEMPTS, timeout=10, backoff=FAST)

@@ -131,6 +131,11 @@ class Driver(ABC):
     keeps_job_counts: ClassVar[bool]
     #: One statement may write through a data-modifying CTE (and a read carry a write).
     writes_in_ctes: ClassVar[bool]
+    #: The step of the database clock (`utcnow()`), in microseconds: a time Jobdesk
+    #: computes is cut to it, so it never sorts after a later time the database stamps
+    #: (SQLite's `'now'` has milliseconds: 12:00:00.578516 would sort after a claim
+    #: stamped 12:00:00.578).
+    clock_step_microseconds: ClassVar[int] = 1
 
     # --- the jobs table: the core verbs ----------------------------------------------
     # Every statement that writes `jobdesk_jobs` is in a driver (a test checks it).

@@ -49,6 +49,7 @@ class SQLiteDriver(SQLiteJobs):
     locks_rows: ClassVar[bool] = False
     keeps_job_counts: ClassVar[bool] = False
     writes_in_ctes: ClassVar[bool] = False
+    clock_step_microseconds: ClassVar[int] = 1000
 
     def make_engine(
         self,

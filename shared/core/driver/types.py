@@ -78,17 +78,6 @@ def _utcnow_sqlite(element: utcnow, compiler: Any, **kw: Any) -> str:
     return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 
 
-#: How finely each database's clock (`utcnow()`) resolves time; microseconds elsewhere.
-_CLOCK_RESOLUTION_MICROSECONDS = {"sqlite": 1000}
-
-
-def clock_resolution_microseconds(dialect_name: str) -> int:
-    """The step of the database clock: a time Jobdesk computes is cut to it, so that it
-    never sorts after a later time the database stamps itself (SQLite's `'now'` has
-    milliseconds: 12:00:00.578516 would sort after a claim stamped 12:00:00.578)."""
-    return _CLOCK_RESOLUTION_MICROSECONDS.get(dialect_name, 1)
-
-
 @compiles(utcnow)
 def _utcnow_default(element: utcnow, compiler: Any, **kw: Any) -> str:
     return "CURRENT_TIMESTAMP"

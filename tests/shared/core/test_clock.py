@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from jobdesk.shared.core.clock import DatabaseClock, db_now
-from jobdesk.shared.core.driver.types import clock_resolution_microseconds
+from jobdesk.shared.core.driver import driver
 
 
 def test_an_estimate_never_sorts_after_a_later_database_time(engine: sa.Engine) -> None:
@@ -25,7 +25,7 @@ def test_an_estimate_never_sorts_after_a_later_database_time(engine: sa.Engine) 
 
 def test_an_estimate_has_the_database_clocks_resolution(engine: sa.Engine) -> None:
     clock = DatabaseClock(engine)
-    step = clock_resolution_microseconds(engine.dialect.name)
+    step = driver(engine).clock_step_microseconds
     stamps = [clock.now() for _ in range(50)]
     assert all(stamp.microsecond % step == 0 for stamp in stamps)
     assert all(stamp.tzinfo is UTC for stamp in stamps)
