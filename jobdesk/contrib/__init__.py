@@ -1,0 +1,1 @@
+"""Integrations with web frameworks that do not use SQLAlchemy (`jobdesk.contrib.django`)."""

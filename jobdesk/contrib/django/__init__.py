@@ -1,0 +1,77 @@
+"""Jobdesk in a Django project: enqueue in Django's own transaction.
+
+Add `"jobdesk.contrib.django"` to `INSTALLED_APPS`, then::
+
+    from django.db import transaction
+    from jobdesk.contrib.django import enqueue
+
+    with transaction.atomic():
+        user = User.objects.create(email=email)
+        enqueue("email.send", {"to": email, "template": "welcome"},
+                idempotency_key=f"welcome_email:user:{user.pk}")
+
+The job is written on Django's connection for the database (`using=`, default
+`"default"`), inside the current `transaction.atomic()` block: it commits or rolls back
+with the user. Outside an atomic block it commits at once, like Django's own writes.
+PostgreSQL (psycopg 3 or psycopg2) and SQLite.
+
+`manage.py jobdesk worker|migrate|…` runs Jobdesk's command line on the database of
+Django's settings (`--database ALIAS`), and `manage.py check` reports Jobdesk's
+migrations when they are missing or behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from jobdesk.contrib.django.connection import lent_connection
+from jobdesk.shared.core.enqueue import NewJob
+from jobdesk.shared.core.enqueue import enqueue as enqueue_on
+from jobdesk.shared.core.enqueue import enqueue_many as enqueue_many_on
+
+__all__ = ["NewJob", "enqueue", "enqueue_many"]
+
+
+def enqueue(
+    job_type: str,
+    payload: Mapping[str, Any],
+    *,
+    using: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    group_key: str | None = None,
+    timeout: float | None = None,
+    max_payload_bytes: int | None = None,
+) -> int:
+    """`jobdesk.enqueue` on Django's connection `using` (default `"default"`), in its
+    current transaction; the job's id."""
+    with lent_connection(using) as conn:
+        return enqueue_on(
+            conn,
+            job_type,
+            payload,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            group_key=group_key,
+            timeout=timeout,
+            max_payload_bytes=max_payload_bytes,
+        )
+
+
+def enqueue_many(
+    new_jobs: Iterable[NewJob | Mapping[str, Any]],
+    *,
+    using: str | None = None,
+    max_payload_bytes: int | None = None,
+) -> list[int]:
+    """`jobdesk.enqueue_many` on Django's connection `using`; ids in input order."""
+    with lent_connection(using) as conn:
+        return enqueue_many_on(conn, new_jobs, max_payload_bytes=max_payload_bytes)
