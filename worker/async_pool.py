@@ -27,11 +27,10 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 from jobdesk.worker.executor import Attempt
-from jobdesk.worker.pool import DURATION_WEIGHT, settle_crashed
+from jobdesk.worker.pool import PoolBase
 
 log = logging.getLogger("jobdesk.worker")
 
@@ -88,47 +87,19 @@ class _Loop:
                 self.loop.close()
 
 
-class AsyncPool:
+class AsyncPool(PoolBase[Callable[[Attempt], Awaitable[None]], "_Loop"]):
     """Coroutine handlers for one slot group, on one event loop (see the module)."""
 
-    def __init__(
-        self,
-        name: str,
-        slots: int,
-        *,
-        run: Callable[[Attempt], Awaitable[None]],
-        on_timeout: Callable[[Attempt], None],
-        on_free: Callable[[], None],
-        on_crash: Callable[[Attempt, BaseException], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.slots = slots
-        self._run = run
-        self._on_timeout = on_timeout
-        self._on_free = on_free
-        self._on_crash = on_crash or settle_crashed
-        self._lock = threading.Lock()
-        self._waiting: deque[Attempt] = deque()
-        self._running: dict[Attempt, _Loop] = {}
+    runner = "event loop task"
+
+    def _setup(self) -> None:
         #: Settled at their deadline, task cancelled, not ended yet: attempt → (loop, when).
         self._overdue: dict[Attempt, tuple[_Loop, float]] = {}
         self._loop: _Loop | None = None
         self._abandoned: list[_Loop] = []
         self._loops = 0
-        self._stopping = False
-        self._woken = False
-        self._mean_duration: float | None = None
-        self.abandoned_total = 0
 
     # ------------------------------------------------------------- what the runner reads
-    @property
-    def busy(self) -> int:
-        return len(self._running) + len(self._waiting)
-
-    @property
-    def running_count(self) -> int:
-        return len(self._running)
-
     @property
     def stranded(self) -> bool:
         """Jobs wait and the loop that would start them is gone."""
@@ -159,14 +130,6 @@ class AsyncPool:
     @property
     def wake_threshold(self) -> int:
         return max(1, self.slots // 4)
-
-    def running(self) -> list[Attempt]:
-        with self._lock:
-            return list(self._running)
-
-    def earliest_deadline(self) -> float | None:
-        with self._lock:
-            return min((a.deadline for a in self._running), default=None)
 
     # ------------------------------------------------------------- handing work over
     def submit(self, attempts: list[Attempt]) -> None:
@@ -223,24 +186,6 @@ class AsyncPool:
             # `execute_async` never raises for a handler's sake: a bug in the runtime.
             self._crashed(attempt, exc)
 
-    def _crashed(self, attempt: Attempt, exc: BaseException) -> None:
-        log.error(
-            "slot group %s: job %s: the event loop task failed running it; the attempt is "
-            "recorded failed",
-            self.name,
-            attempt.job.id,
-            exc_info=(type(exc), exc, exc.__traceback__),
-            extra={"action": "slot_failed", "job_id": attempt.job.id, "group": self.name},
-        )
-        try:
-            self._on_crash(attempt, exc)
-        except BaseException:
-            log.exception(
-                "job %s: the failed task's attempt could not be settled",
-                attempt.job.id,
-                extra={"action": "slot_failed", "job_id": attempt.job.id},
-            )
-
     def _done(self, attempt: Attempt, loop: _Loop) -> None:
         """On `loop`: the task ended; free its slot and start the next waiting attempt."""
         with self._lock:
@@ -258,10 +203,6 @@ class AsyncPool:
         self._start_waiting(loop)
         if wake:
             self._on_free()
-
-    def _timed_locked(self, seconds: float) -> None:
-        mean = self._mean_duration
-        self._mean_duration = seconds if mean is None else mean + DURATION_WEIGHT * (seconds - mean)
 
     # ------------------------------------------------------------- deadlines, shutdown
     def check_deadlines(self, now: float | None = None) -> float:
@@ -328,12 +269,6 @@ class AsyncPool:
         with self._lock:
             keep = 0 if self.stranded else max(0, self.slots - len(self._running))
             return [self._waiting.pop() for _ in range(len(self._waiting) - keep)]
-
-    def take_waiting(self) -> list[Attempt]:
-        with self._lock:
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        return waiting
 
     def stop(self) -> None:
         """Stop the loops: tasks still running (their jobs were released) are cancelled."""

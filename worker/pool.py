@@ -43,6 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from jobdesk.worker.executor import Attempt, Kind, Outcome, describe_exception
 
@@ -59,6 +60,99 @@ DURATION_WEIGHT = 0.2
 STALL_SECONDS = 2 * PREFETCH_WINDOW_SECONDS
 
 
+RunT = TypeVar("RunT")
+HolderT = TypeVar("HolderT")
+
+
+class PoolBase(Generic[RunT, HolderT]):
+    """What the slot pools share: the attempts waiting for a slot, the running ones and
+    what holds each (a thread, an event loop), the moving average of attempt durations,
+    and how a failure of the runtime itself settles an attempt. `run` starts one
+    attempt; the subclass says how (`SlotPool`: a thread, `AsyncPool`: a task)."""
+
+    #: What runs an attempt, for the logs ("slot thread", "event loop task").
+    runner = "slot"
+
+    def __init__(
+        self,
+        name: str,
+        slots: int,
+        *,
+        run: RunT,
+        on_timeout: Callable[[Attempt], None],
+        on_free: Callable[[], None],
+        on_crash: Callable[[Attempt, BaseException], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.slots = slots
+        self._run = run
+        self._on_timeout = on_timeout
+        self._on_free = on_free
+        self._on_crash = on_crash or settle_crashed
+        self._lock = threading.Lock()
+        self._waiting: deque[Attempt] = deque()
+        self._running: dict[Attempt, HolderT] = {}
+        self._stopping = False
+        #: Whether the dispatcher was woken since it last handed attempts over.
+        self._woken = False
+        self._mean_duration: float | None = None
+        self.abandoned_total = 0
+        self._setup()
+
+    def _setup(self) -> None:
+        """The subclass's own state (called at the end of `__init__`)."""
+
+    @property
+    def busy(self) -> int:
+        """Attempts held by this pool: running or waiting for a slot."""
+        return len(self._running) + len(self._waiting)
+
+    @property
+    def running_count(self) -> int:
+        """Attempts a slot has started and not finished."""
+        return len(self._running)
+
+    def running(self) -> list[Attempt]:
+        with self._lock:
+            return list(self._running)
+
+    def earliest_deadline(self) -> float | None:
+        """The monotonic hard-timeout deadline due first among running attempts."""
+        with self._lock:
+            return min((a.deadline for a in self._running), default=None)
+
+    def take_waiting(self) -> list[Attempt]:
+        """Every attempt still waiting for a slot (shutdown hands them back)."""
+        with self._lock:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        return waiting
+
+    def _timed_locked(self, seconds: float) -> None:
+        mean = self._mean_duration
+        self._mean_duration = seconds if mean is None else mean + DURATION_WEIGHT * (seconds - mean)
+
+    def _crashed(self, attempt: Attempt, exc: BaseException) -> None:
+        """The runtime failed while running `attempt`: log it, settle it as failed."""
+        log.error(
+            "slot group %s: job %s: the %s failed running it; the attempt is recorded failed",
+            self.name,
+            attempt.job.id,
+            self.runner,
+            exc_info=(type(exc), exc, exc.__traceback__),
+            extra={"action": "slot_failed", "job_id": attempt.job.id, "group": self.name},
+        )
+        try:
+            self._on_crash(attempt, exc)
+        except BaseException:
+            log.exception(
+                "job %s: the failed %s's attempt could not be settled",
+                attempt.job.id,
+                self.runner,
+                extra={"action": "slot_failed", "job_id": attempt.job.id},
+            )
+
+
 class _SlotThread(threading.Thread):
     def __init__(self, pool: SlotPool, index: int) -> None:
         super().__init__(name=f"jobdesk-{pool.name}-{index}", daemon=True)
@@ -73,54 +167,23 @@ class _SlotThread(threading.Thread):
             self.pool._thread_died(self, exc)
 
 
-class SlotPool:
+class SlotPool(PoolBase[Callable[[Attempt], None], "_SlotThread"]):
     """Handler threads for one slot group, and the jobs waiting for them."""
 
-    def __init__(
-        self,
-        name: str,
-        slots: int,
-        *,
-        run: Callable[[Attempt], None],
-        on_timeout: Callable[[Attempt], None],
-        on_free: Callable[[], None],
-        on_crash: Callable[[Attempt, BaseException], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.slots = slots
-        self._run = run
-        self._on_timeout = on_timeout
-        self._on_free = on_free
-        self._on_crash = on_crash or settle_crashed
-        self._lock = threading.Lock()
+    runner = "slot thread"
+
+    def _setup(self) -> None:
         self._ready = threading.Condition(self._lock)
-        self._waiting: deque[Attempt] = deque()
-        self._stopping = False
         self._threads: list[_SlotThread] = []
         self._spawned = 0
-        self._running: dict[Attempt, _SlotThread] = {}
-        self._mean_duration: float | None = None
         self._last_start = 0.0
-        #: Whether the dispatcher was woken since it last handed attempts over.
-        self._woken = False
         self.abandoned_alive = 0
-        self.abandoned_total = 0
-
-    @property
-    def busy(self) -> int:
-        """Attempts held by this pool: running or waiting for a slot."""
-        return len(self._running) + len(self._waiting)
 
     @property
     def stranded(self) -> bool:
         """Jobs wait here and no slot thread is alive to start them (threads could not
         be started): they go back to the queue."""
         return bool(self._waiting) and not self._threads
-
-    @property
-    def running_count(self) -> int:
-        """Attempts a slot has started and not finished."""
-        return len(self._running)
 
     def prefetch(self, now: float | None = None) -> int:
         """How many claimed jobs may wait for a slot now (see the module docstring)."""
@@ -212,24 +275,6 @@ class SlotPool:
             if self._done(me, attempt):
                 return
 
-    def _crashed(self, attempt: Attempt, exc: BaseException) -> None:
-        log.error(
-            "slot group %s: job %s: the slot thread failed running it; the attempt is "
-            "recorded failed",
-            self.name,
-            attempt.job.id,
-            exc_info=(type(exc), exc, exc.__traceback__),
-            extra={"action": "slot_failed", "job_id": attempt.job.id, "group": self.name},
-        )
-        try:
-            self._on_crash(attempt, exc)
-        except BaseException:
-            log.exception(
-                "job %s: the failed slot's attempt could not be settled",
-                attempt.job.id,
-                extra={"action": "slot_failed", "job_id": attempt.job.id},
-            )
-
     def _thread_died(self, me: _SlotThread, exc: BaseException) -> None:
         """`me` is ending on an exception from the pool's own code: settle the attempt it
         held, give up its slot and start a fresh thread in its place."""
@@ -292,10 +337,6 @@ class SlotPool:
             self._on_free()
         return False
 
-    def _timed_locked(self, seconds: float) -> None:
-        mean = self._mean_duration
-        self._mean_duration = seconds if mean is None else mean + DURATION_WEIGHT * (seconds - mean)
-
     def take_excess(self, now: float | None = None) -> list[Attempt]:
         """Waiting attempts beyond what the slots will start soon, newest first: for the
         runner to hand back to the queue. All of them when no slot thread is alive."""
@@ -306,13 +347,6 @@ class SlotPool:
             if not self._threads:
                 keep = 0
             return [self._waiting.pop() for _ in range(len(self._waiting) - keep)]
-
-    def take_waiting(self) -> list[Attempt]:
-        """Every attempt still waiting for a slot (shutdown hands them back)."""
-        with self._lock:
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        return waiting
 
     def check_deadlines(self, now: float | None = None) -> float:
         """Time out overrunning attempts; returns seconds until the next deadline."""
@@ -342,15 +376,6 @@ class SlotPool:
         if expired or lost:
             self._on_free()
         return next_deadline - now
-
-    def running(self) -> list[Attempt]:
-        with self._lock:
-            return list(self._running)
-
-    def earliest_deadline(self) -> float | None:
-        """The monotonic hard-timeout deadline due first among running attempts."""
-        with self._lock:
-            return min((a.deadline for a in self._running), default=None)
 
     def stop(self) -> None:
         """Let idle threads exit (busy ones finish their attempt first, then whatever is

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session
@@ -31,7 +31,14 @@ from jobdesk.shared.core.payload_checks import refuse_unrunnable
 from jobdesk.shared.core.published_types import published_defaults
 from jobdesk.shared.settings import Settings
 
-__all__ = ["NOTIFY_CHANNEL", "NewJob", "connection_of", "enqueue", "enqueue_many"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "EnqueueOptions",
+    "NewJob",
+    "connection_of",
+    "enqueue",
+    "enqueue_many",
+]
 
 log = logging.getLogger("jobdesk.enqueue")
 
@@ -52,6 +59,20 @@ class NewJob:
     idempotency_key: str | None = None
     group_key: str | None = None
     timeout: float | None = None
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword options of `enqueue`, for the functions that pass them on to it
+    (`enqueue_async`, `jobdesk.contrib.django.enqueue`)."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    max_attempts: int | None
+    idempotency_key: str | None
+    group_key: str | None
+    timeout: float | None
+    max_payload_bytes: int | None
 
 
 def connection_of(bind: object) -> sa.Connection:

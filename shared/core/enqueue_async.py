@@ -12,14 +12,13 @@ construction and the event loop is never blocked.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
-from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
+from jobdesk.shared.core.enqueue import EnqueueOptions, NewJob, enqueue, enqueue_many
 
 __all__ = ["enqueue_async", "enqueue_many_async"]
 
@@ -31,33 +30,14 @@ async def enqueue_async(
     bind: AsyncBind,
     job_type: str,
     payload: Mapping[str, Any],
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    max_attempts: int | None = None,
-    idempotency_key: str | None = None,
-    group_key: str | None = None,
-    timeout: float | None = None,
-    max_payload_bytes: int | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> int:
     """`enqueue` for an `AsyncSession` / `AsyncConnection`: one job in the caller's
-    transaction, its id returned; the same options and the same errors."""
+    transaction, its id returned; the same options (`queue`, `priority`, `run_at`,
+    `max_attempts`, `idempotency_key`, `group_key`, `timeout`) and the same errors."""
 
     def write(sync_bind: sa.Connection) -> int:
-        return enqueue(
-            sync_bind,
-            job_type,
-            payload,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            idempotency_key=idempotency_key,
-            group_key=group_key,
-            timeout=timeout,
-            max_payload_bytes=max_payload_bytes,
-        )
+        return enqueue(sync_bind, job_type, payload, **options)
 
     return await _run(bind, "enqueue", write)
 

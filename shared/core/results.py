@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import FINAL, JobStatus
 
-__all__ = ["JobResult", "job_result", "next_poll", "wait"]
+__all__ = ["JobResult", "Waiting", "job_result", "wait"]
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 1.0
@@ -64,9 +64,29 @@ def check_timeout(timeout: float | None) -> float:
     return float(timeout)
 
 
-def next_poll(delay: float) -> float:
-    """The delay after `delay`: doubling from 50 ms up to one second."""
-    return min(MAX_POLL_SECONDS, delay * 2)
+class Waiting:
+    """The schedule of `wait` and `wait_async`: after each look at the job, how long to
+    sleep before the next (50 ms, doubling up to one second) — or that it is over."""
+
+    def __init__(self, job_id: int, timeout: float | None) -> None:
+        self.job_id = job_id
+        self.limit = check_timeout(timeout)
+        self.deadline = time.monotonic() + self.limit
+        self.delay = FIRST_POLL_SECONDS
+
+    def after(self, found: JobResult) -> float | None:
+        """None when `found` is final; else the seconds to sleep; `TimeoutError` when
+        the time is up."""
+        if found.final:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"job {self.job_id} is still {found.status.value} after {self.limit:g}s of waiting"
+            )
+        delay = min(self.delay, left)
+        self.delay = min(MAX_POLL_SECONDS, self.delay * 2)
+        return delay
 
 
 def wait(engine: sa.Engine, job_id: int, *, timeout: float | None = 30.0) -> JobResult:
@@ -76,18 +96,11 @@ def wait(engine: sa.Engine, job_id: int, *, timeout: float | None = 30.0) -> Job
     For scripts, tests and request handlers that must answer with a job's outcome;
     a web request should rather enqueue and return (the job runs whatever happens to
     the request)."""
-    limit = check_timeout(timeout)
-    deadline = time.monotonic() + limit
-    delay = FIRST_POLL_SECONDS
+    waiting = Waiting(job_id, timeout)
     while True:
         with engine.connect() as conn:
             found = job_result(conn, job_id)
-        if found.final:
+        delay = waiting.after(found)
+        if delay is None:
             return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(
-                f"job {job_id} is still {found.status.value} after {limit:g}s of waiting"
-            )
-        time.sleep(min(delay, left))
-        delay = next_poll(delay)
+        time.sleep(delay)

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobdesk.shared.core.results import (
-    FIRST_POLL_SECONDS,
-    JobResult,
-    check_timeout,
-    job_result,
-    next_poll,
-)
+from jobdesk.shared.core.results import JobResult, Waiting, job_result
 
 __all__ = ["wait_async"]
 
@@ -29,18 +22,11 @@ async def wait_async(
             f"wait_async needs an AsyncEngine (create_async_engine), got "
             f"{type(engine).__name__}; with a sync Engine call wait(...)"
         )
-    limit = check_timeout(timeout)
-    deadline = time.monotonic() + limit
-    delay = FIRST_POLL_SECONDS
+    waiting = Waiting(job_id, timeout)
     while True:
         async with engine.connect() as conn:
             found = await conn.run_sync(job_result, job_id)
-        if found.final:
+        delay = waiting.after(found)
+        if delay is None:
             return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(
-                f"job {job_id} is still {found.status.value} after {limit:g}s of waiting"
-            )
-        await asyncio.sleep(min(delay, left))
-        delay = next_poll(delay)
+        await asyncio.sleep(delay)

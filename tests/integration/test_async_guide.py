@@ -15,7 +15,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any, TypeVar
 
-import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -23,30 +22,11 @@ from fastapi import Depends, HTTPException
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobdesk.shared.core.models import jobs
+from tests.asyncdb import async_url, backend_fixture, driver_fixture, run_then_dispose  # noqa: F401
 from tests.integration.appdb import claim_all
 
 T = TypeVar("T")
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "async.md"
-DRIVERS = {"asyncpg": "postgresql", "psycopg": "postgresql", "aiosqlite": "sqlite"}
-
-
-@pytest.fixture(params=list(DRIVERS))
-def driver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    pytest.importorskip(name)
-    return name
-
-
-@pytest.fixture
-def backend(driver: str) -> str:
-    return DRIVERS[driver]
-
-
-def async_url(sync_url: str, driver: str) -> str:
-    url = sa.make_url(sync_url)
-    return url.set(drivername=f"{url.get_backend_name()}+{driver}").render_as_string(
-        hide_password=False
-    )
 
 
 def guide_code() -> str:
@@ -73,16 +53,7 @@ def guide(engine: sa.Engine, db_url: str, driver: str) -> Iterator[SimpleNamespa
 
 
 def run(guide: SimpleNamespace, scenario: Callable[[], Awaitable[T]]) -> T:
-    """`scenario()` on one event loop — the app's, as in production — whose end also
-    closes the guide engine's pooled connections (they belong to that loop)."""
-
-    async def main() -> T:
-        try:
-            return await scenario()
-        finally:
-            await guide.engine.dispose()
-
-    return anyio.run(main)
+    return run_then_dispose(guide.engine, scenario)
 
 
 def post(guide: SimpleNamespace, path: str, body: dict[str, Any]) -> httpx.Response:

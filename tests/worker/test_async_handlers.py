@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from jobdesk import PermanentError, RetryAfter, Snooze, enqueue
+from jobdesk import enqueue
 from jobdesk.shared.core.models import jobs
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.executor import Kind
 from jobdesk.worker.registry import Registry, job
 from jobdesk.worker.testing import drain
+from tests.worker.jobmods import asyncjobs
 from tests.worker.procs import job as job_row
 
 
@@ -68,23 +69,7 @@ def test_what_the_worker_cannot_run_is_refused_at_import() -> None:
 def reg() -> Registry:
     reg = Registry()
 
-    @job("ah.ends", target=reg, max_attempts=3)
-    async def ends(payload: dict[str, Any], ctx: JobContext) -> Any:
-        await asyncio.sleep(0)
-        how = payload["how"]
-        if how == "fail":
-            raise ConnectionError("refused")
-        if how == "permanent":
-            raise PermanentError("account deleted")
-        if how == "retry_after":
-            raise RetryAfter(60)
-        if how == "snooze":
-            raise Snooze(60, "destination paused")
-        if how == "exit":
-            raise SystemExit(2)
-        if how == "not_json":
-            return {1, 2}
-        return {"how": how}
+    job("ah.ends", target=reg, max_attempts=3)(asyncjobs.outcome)
 
     @job("ah.overrun", target=reg, timeout=0.5, max_attempts=1)
     async def overrun(payload: dict[str, Any], ctx: JobContext) -> None:
@@ -124,7 +109,7 @@ def reg() -> Registry:
     ("how", "kind", "status", "error"),
     [
         ("ok", Kind.SUCCEEDED, "succeeded", None),
-        ("fail", Kind.FAILED, "failed", "ConnectionError: refused"),
+        ("fail", Kind.FAILED, "failed", "ConnectionError: refused on attempt 1"),
         ("permanent", Kind.PERMANENT, "dead", "PermanentError: account deleted"),
         ("retry_after", Kind.RETRY_AFTER, "failed", "RetryAfter"),
         ("snooze", Kind.SNOOZED, "queued", "destination paused"),
@@ -141,7 +126,7 @@ def test_every_ending_is_the_outcome_a_plain_handler_gets(
     (ran,) = result.jobs
     assert (ran.id, ran.kind, ran.status) == (job_id, kind, status)
     if error is None:
-        assert job_row(engine, job_id).result == {"how": "ok"}
+        assert job_row(engine, job_id).result == {"how": "ok", "attempt": 1}
     else:
         assert error in (ran.error or "")
 

@@ -23,11 +23,10 @@ migrations when they are missing or behind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from jobdesk.contrib.django.connection import lent_connection
-from jobdesk.shared.core.enqueue import NewJob
+from jobdesk.shared.core.enqueue import EnqueueOptions, NewJob
 from jobdesk.shared.core.enqueue import enqueue as enqueue_on
 from jobdesk.shared.core.enqueue import enqueue_many as enqueue_many_on
 
@@ -39,31 +38,12 @@ def enqueue(
     payload: Mapping[str, Any],
     *,
     using: str | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    max_attempts: int | None = None,
-    idempotency_key: str | None = None,
-    group_key: str | None = None,
-    timeout: float | None = None,
-    max_payload_bytes: int | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> int:
     """`jobdesk.enqueue` on Django's connection `using` (default `"default"`), in its
-    current transaction; the job's id."""
+    current transaction; the same options and errors. The job's id."""
     with lent_connection(using) as conn:
-        return enqueue_on(
-            conn,
-            job_type,
-            payload,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            idempotency_key=idempotency_key,
-            group_key=group_key,
-            timeout=timeout,
-            max_payload_bytes=max_payload_bytes,
-        )
+        return enqueue_on(conn, job_type, payload, **options)
 
 
 def enqueue_many(

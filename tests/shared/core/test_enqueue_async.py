@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import (
@@ -31,37 +29,12 @@ from jobdesk import (
     enqueue_many_async,
 )
 from jobdesk.shared.core.models import jobs
-
-T = TypeVar("T")
-DRIVERS = {"asyncpg": "postgresql", "psycopg": "postgresql", "aiosqlite": "sqlite"}
-
-
-@pytest.fixture(params=list(DRIVERS))
-def driver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    pytest.importorskip(name)
-    return name
-
-
-@pytest.fixture
-def backend(driver: str) -> str:
-    return DRIVERS[driver]
+from tests.asyncdb import async_url, backend_fixture, driver_fixture, run_then_dispose  # noqa: F401
 
 
 @pytest.fixture
 def async_engine(db_url: str, driver: str) -> AsyncEngine:
-    url = sa.make_url(db_url)
-    return create_async_engine(url.set(drivername=f"{url.get_backend_name()}+{driver}"))
-
-
-def run(engine: AsyncEngine, scenario: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        try:
-            return await scenario()
-        finally:
-            await engine.dispose()
-
-    return anyio.run(main)
+    return create_async_engine(async_url(db_url, driver))
 
 
 def rows(engine: sa.Engine) -> list[Any]:
@@ -94,7 +67,7 @@ def test_options_and_order_as_the_sync_functions(
             )
         return one, [*many, *again]
 
-    one, more = run(async_engine, scenario)
+    one, more = run_then_dispose(async_engine, scenario)
     assert more[2] == one  # the key taken earlier in the same transaction
     found = rows(engine)
     assert [row.id for row in found] == [one, *more[:2]]
@@ -114,7 +87,7 @@ def test_a_bad_job_refuses_the_batch_and_writes_nothing(
             )
 
     with pytest.raises(ValidationError, match=r"jobs\[1\]\.job_type"):
-        run(async_engine, scenario)
+        run_then_dispose(async_engine, scenario)
     assert rows(engine) == []
 
 
@@ -126,7 +99,7 @@ def test_a_rollback_takes_the_job_with_it(async_engine: AsyncEngine, engine: sa.
                 await session.rollback()
             return job_id
 
-    run(async_engine, scenario)
+    run_then_dispose(async_engine, scenario)
     assert rows(engine) == []
 
 
@@ -147,7 +120,7 @@ def test_the_wrong_bind_names_the_function_to_call(
         ):
             await enqueue_many_async(sync_session, [])  # type: ignore[arg-type]
 
-    run(async_engine, scenario)
+    run_then_dispose(async_engine, scenario)
     assert rows(engine) == []
 
 
@@ -163,7 +136,7 @@ def test_an_async_scoped_session_joins_its_scopes_transaction(
         await scoped.remove()
         return job_id
 
-    job_id = run(async_engine, scenario)
+    job_id = run_then_dispose(async_engine, scenario)
     assert [(row.id, row.payload) for row in rows(engine)] == [(job_id, {"scoped": True})]
 
 

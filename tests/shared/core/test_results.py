@@ -16,6 +16,7 @@ from jobdesk.shared.core.states import JobStatus
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import Registry, job
 from jobdesk.worker.testing import drain
+from tests.asyncdb import async_url
 
 
 @pytest.fixture
@@ -88,8 +89,7 @@ def test_wait_gives_up_after_its_timeout(engine: sa.Engine) -> None:
 
 def test_wait_async(engine: sa.Engine, db_url: str, reg: Registry) -> None:
     driver = "aiosqlite" if db_url.startswith("sqlite") else "asyncpg"
-    url = sa.make_url(db_url)
-    async_engine = create_async_engine(url.set(drivername=f"{url.get_backend_name()}+{driver}"))
+    async_engine = create_async_engine(async_url(db_url, driver))
     done = add(engine, "res.ok", {"give": {"ok": True}})
     waiting = add(engine, "res.ok", {"give": 0})
     drain(engine, registry=reg, max_jobs=1)

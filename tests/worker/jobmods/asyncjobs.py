@@ -47,6 +47,8 @@ async def outcome(payload: dict[str, Any], ctx: JobContext) -> Any:
         raise Snooze(60, "destination paused")
     if how == "exit":
         raise SystemExit(2)
+    if how == "not_json":
+        return {1, 2}
     if how == "progress":
         await ctx.progress_async(3, 10)
         return {"progress": True}
