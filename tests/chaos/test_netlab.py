@@ -75,7 +75,8 @@ def _echo(conn: socket.socket) -> None:
 PROBE = (
     "import socket, sys\n"
     "try:\n"
-    "    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0)\n"
+    "    address, wait = (sys.argv[1], int(sys.argv[2])), float(sys.argv[3])\n"
+    "    s = socket.create_connection(address, timeout=wait)\n"
     "    s.sendall(b'ping'); ok = s.recv(4) == b'ping'\n"
     "except OSError:\n"
     "    ok = False\n"
@@ -83,10 +84,11 @@ PROBE = (
 )
 
 
-def reach(lab: NetLab, host: int, port: int) -> str:
-    """'up' when a process on `host` can talk to the echo server, else 'down'."""
+def reach(lab: NetLab, host: int, port: int, timeout: float = 1.0) -> str:
+    """'up' when a process on `host` can talk to the echo server within `timeout`
+    seconds per step (connect, answer), else 'down'."""
     done = subprocess.run(
-        lab.command(host, [sys.executable, "-c", PROBE, DB_ADDRESS, str(port)]),
+        lab.command(host, [sys.executable, "-c", PROBE, DB_ADDRESS, str(port), str(timeout)]),
         capture_output=True,
         text=True,
         timeout=30,
@@ -114,7 +116,9 @@ def test_cut_and_one_way_drops_isolate_one_host_until_healed(lab: NetLab, echo: 
 def test_degraded_host_still_connects(lab: NetLab, echo: int) -> None:
     lab.degrade(1)
     try:
-        assert reach(lab, 1, echo) == "up"  # 1 % loss: TCP retransmits what it loses
+        # 1 % loss: TCP retransmits what it loses — a lost SYN or SYN-ACK after 1 s, a
+        # second loss after 3 s more — so the probe gives it that long.
+        assert reach(lab, 1, echo, timeout=5.0) == "up"
     finally:
         lab.restore(1)
 

@@ -63,7 +63,7 @@ def sqlalchemy_url(alias: str | None = None, *, driver: str | None = None) -> sa
     wrapper = connections[alias]
     settings = wrapper.settings_dict
     if wrapper.vendor == "sqlite":
-        return sa.URL.create("sqlite+pysqlite", database=str(settings["NAME"]))
+        return sa.URL.create("sqlite", database=str(settings["NAME"]))
     if wrapper.vendor != "postgresql":
         raise ImproperlyConfigured(
             f"jobdesk.contrib.django: database {alias!r} is {wrapper.vendor}; Jobdesk "
@@ -100,11 +100,12 @@ def lent_engine(alias: str | None = None) -> sa.Engine:
         with _lock:
             engine = _engines.get(alias)
             if engine is None:
-                url = sqlalchemy_url(alias)
-                # No hstore set-up: it would register adapters on Django's connection.
-                options = {"use_native_hstore": False} if url.get_backend_name() != "sqlite" else {}
+                # No hstore set-up on PostgreSQL: it would register adapters on
+                # Django's connection.
+                postgresql = connections[alias].vendor == "postgresql"
+                options = {"use_native_hstore": False} if postgresql else {}
                 engine = sa.create_engine(
-                    url,
+                    sqlalchemy_url(alias),
                     creator=lambda: _Lent(alias),
                     poolclass=sa.pool.SingletonThreadPool,
                     pool_reset_on_return=None,

@@ -49,7 +49,5 @@ class Command(BaseCommand):
         alias = options.get("database") or DEFAULT_DB_ALIAS
         if "JOBDESK_DATABASE_URL" not in os.environ:
             url = sqlalchemy_url(alias, driver="psycopg")
-            if url.get_backend_name() == "sqlite":
-                url = url.set(drivername="sqlite")
             os.environ["JOBDESK_DATABASE_URL"] = url.render_as_string(hide_password=False)
         cli.main(args=list(args), prog_name="manage.py jobdesk")
