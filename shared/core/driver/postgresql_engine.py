@@ -106,8 +106,8 @@ def deadlines_sql(
 def _lost_session_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseException | None:
     """`handle_error` hook: an error that means the server session is gone is raised as
     an `OperationalError` with the connection invalidated, so it is retried like any
-    outage and the dead connection leaves the pool. Two such errors arrive as something
-    else, which nothing would retry:
+    outage and the dead connection leaves the pool. Three such errors arrive as
+    something else, which nothing would retry:
 
     - the server ending a session left idle in a transaction
       (`idle_in_transaction_session_timeout`, SQLSTATE 25P03), an `InternalError`;
@@ -116,11 +116,13 @@ def _lost_session_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseEx
       pooler's error, reported as "received 2 results from command 'COMMIT'"
       (`InternalError`). Whether that COMMIT took effect is unknown, as with any
       connection lost during a commit: Jobdesk's writes are fenced (lease token,
-      effect keys) so that running them again is safe.
+      effect keys) so that running them again is safe;
+    - a protocol anomaly psycopg reports itself (`_protocol_anomaly`), such as "received
+      2 results from command 'BEGIN'" — the connection's state is unknown.
     """
     original = context.original_exception
     ended = getattr(original, "sqlstate", None) == IDLE_SESSION_ENDED
-    if not ended and not context.is_disconnect:
+    if not (ended or context.is_disconnect or _protocol_anomaly(original)):
         return None
     if isinstance(context.sqlalchemy_exception, (sa.exc.OperationalError, sa.exc.InterfaceError)):
         context.is_disconnect = True
@@ -132,6 +134,14 @@ def _lost_session_is_a_disconnect(context: sa.engine.ExceptionContext) -> BaseEx
         original,
         connection_invalidated=True,
     )
+
+
+def _protocol_anomaly(error: BaseException) -> bool:
+    """An `InternalError` psycopg raised itself (no SQLSTATE: the server sent none) —
+    "received 2 results from command 'BEGIN'" and the like: what came back does not
+    match what was asked, so nothing more can be trusted on that connection. Behind
+    PgBouncer a backend's goodbye can be waiting there when the next BEGIN is sent."""
+    return isinstance(error, psycopg.InternalError) and getattr(error, "sqlstate", None) is None
 
 
 def _set_transaction_deadlines(connection: sa.Connection) -> None:
