@@ -159,12 +159,12 @@ def _set_transaction_deadlines(connection: sa.Connection) -> None:
     except psycopg.Error as exc:
         # Raised outside SQLAlchemy's own execution, so nothing would discard the
         # connection: a fresh transaction that cannot even set its timeouts has lost its
-        # server (PgBouncer answers `server conn crashed?` after a restart), and the
-        # pool must not hand it out again.
+        # server (PgBouncer answers `server conn crashed?` after a restart, or a
+        # backend's goodbye arrives with the BEGIN: "received 2 results"), and the pool
+        # must not hand it out again. Whatever psycopg called it, it is an outage: the
+        # statement is Jobdesk's own and cannot fail on anything a caller did.
         connection.invalidate(exc)
-        raise sa.exc.DBAPIError.instance(
-            sql, None, exc, psycopg.Error, connection_invalidated=True
-        ) from exc
+        raise sa.exc.OperationalError(sql, None, exc, connection_invalidated=True) from exc
 
 
 def _require_role_timeout(dbapi_connection: Any, _record: Any) -> None:

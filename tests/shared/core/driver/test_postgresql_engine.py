@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.driver.postgresql_engine import TRANSACTION_DEADLINES
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.resilience import DB_ERRORS
 
@@ -48,4 +49,20 @@ def test_a_server_error_is_not_taken_for_a_lost_connection(pg_url: str) -> None:
         conn.execute(sa.text("SELECT 1/0"))
     assert not isinstance(raised.value, sa.exc.OperationalError)
     assert not raised.value.connection_invalidated
+    engine.dispose()
+
+
+def test_a_transaction_that_cannot_set_its_deadlines_is_an_outage(pg_url: str) -> None:
+    """Behind PgBouncer each transaction starts with a statement setting its deadlines
+    (run on the driver, outside SQLAlchemy's execution). Whatever error psycopg reports
+    there — here the server's own `internal_error`, XX000 — the transaction lost its
+    server: a retryable `OperationalError`, the connection thrown away."""
+    engine = make_engine(pg_url, settings=Settings(pgbouncer=True), pool_size=1)
+    raises = "DO $$ BEGIN RAISE EXCEPTION 'gone' USING ERRCODE = 'XX000'; END $$"
+    failing = engine.execution_options(**{TRANSACTION_DEADLINES: raises})
+    with pytest.raises(sa.exc.OperationalError, match="gone") as raised, failing.begin():
+        pass
+    assert raised.value.connection_invalidated
+    with engine.begin() as conn:  # the engine's own deadlines, on a fresh connection
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
     engine.dispose()
