@@ -4,7 +4,7 @@ Import `driver_fixture` and `backend_fixture` (the fixtures `driver` and `backen
 a test module to run its tests once per async driver (asyncpg and psycopg on PostgreSQL,
 aiosqlite on SQLite); `db_url` then gives the matching database. `run_then_dispose` runs
 a scenario on one event loop — the app's, as in production — and closes the engine's
-pooled connections, which belong to it.
+pooled connections, which belong to it; `on_one_loop` runs one on a fresh loop.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import anyio
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobdesk.worker.loop_resources import close_loop_resources
 
 T = TypeVar("T")
 
@@ -49,5 +51,18 @@ def run_then_dispose(engine: AsyncEngine, scenario: Callable[[], Awaitable[T]]) 
             return await scenario()
         finally:
             await engine.dispose()
+
+    return anyio.run(main)
+
+
+def on_one_loop(scenario: Callable[[], Awaitable[T]]) -> T:
+    """`scenario` on a fresh event loop, closing what it opened on the loop (the webhook
+    HTTP clients) before the loop closes, as the worker's loop does."""
+
+    async def main() -> T:
+        try:
+            return await scenario()
+        finally:
+            await close_loop_resources()
 
     return anyio.run(main)

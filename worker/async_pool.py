@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from jobdesk.worker.executor import Attempt
+from jobdesk.worker.loop_resources import close_loop_resources
 from jobdesk.worker.pool import PoolBase
 
 log = logging.getLogger("jobdesk.worker")
@@ -80,6 +81,7 @@ class _Loop:
                 task.cancel()
             if pending:
                 self.loop.run_until_complete(asyncio.wait(pending, timeout=CLOSE_SECONDS))
+            self.loop.run_until_complete(close_loop_resources())
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.run_until_complete(self.loop.shutdown_default_executor())
         finally:

@@ -34,6 +34,7 @@ from jobdesk.shared.settings import Settings
 from jobdesk.worker.async_pool import HARD_STOP_SECONDS
 from jobdesk.worker.completer import apply_outcomes
 from jobdesk.worker.executor import Attempt, Kind, Outcome, execute, execute_async, make_attempt
+from jobdesk.worker.loop_resources import close_loop_resources
 from jobdesk.worker.pool import settle_crashed
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import registry as default_registry
@@ -116,17 +117,21 @@ def run_with_timeout(attempt: Attempt, clock: Callable[[], datetime]) -> Outcome
 
 async def _run_coroutine(attempt: Attempt, clock: Callable[[], datetime]) -> None:
     """An `async def` handler on this thread's own event loop: at its timeout the attempt
-    is settled and the task cancelled, as the worker does."""
+    is settled and the task cancelled, as the worker does. What the handler opened on the
+    loop (HTTP clients) is closed with it."""
     task = asyncio.ensure_future(
         execute_async(attempt.job, attempt.job_type, attempt.ctx, clock=clock)
     )
-    done, _ = await asyncio.wait({task}, timeout=attempt.timeout)
-    if done:
-        attempt.finish(task.result())
-        return
-    attempt.time_out()
-    task.cancel()
-    await asyncio.wait({task}, timeout=HARD_STOP_SECONDS)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=attempt.timeout)
+        if done:
+            attempt.finish(task.result())
+            return
+        attempt.time_out()
+        task.cancel()
+        await asyncio.wait({task}, timeout=HARD_STOP_SECONDS)
+    finally:
+        await close_loop_resources()
 
 
 def drain(

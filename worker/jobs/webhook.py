@@ -37,6 +37,7 @@ rate limit snoozes the job without using an attempt. Every request is logged in
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -260,9 +261,43 @@ def _vet(delivery: Delivery) -> VettedTarget:
         raise WebhookDeliveryError(f"endpoint {endpoint.name}: {exc}") from None
 
 
+@dataclass
+class _Ready:
+    """A delivery cleared to send: the vetted target and the signed request."""
+
+    delivery: Delivery
+    target: VettedTarget
+    headers: dict[str, str]
+    body: bytes
+
+
 @job("webhook.deliver", backoff=WEBHOOK_SCHEDULE)
-def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Deliver one event to one endpoint, at most once per webhook-id as far as we know."""
+async def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Deliver one event to one endpoint, at most once per webhook-id as far as we know.
+
+    On the worker's event loop: the database steps before and after the POST run in a
+    thread (they block), the POST itself on the loop, so hundreds of deliveries wait on
+    their receivers at once without holding a thread each."""
+    ready = await asyncio.to_thread(_get_ready, payload, ctx)
+    if not isinstance(ready, _Ready):
+        return ready  # delivered before: the ledger's record
+    delivery = ready.delivery
+    result = await post(
+        ready.target,
+        ready.headers,
+        ready.body,
+        connect_timeout=delivery.cfg.webhook_connect_timeout_seconds,
+        timeout=delivery.cfg.webhook_timeout_seconds,
+    )
+    if delivery.healthy and result.kind == "response" and 200 <= (result.status_code or 0) < 300:
+        # The common case writes nothing of its own: its records go with the outcome.
+        return _conclude(delivery, result)
+    return await asyncio.to_thread(_conclude, delivery, result)
+
+
+def _get_ready(payload: dict[str, Any], ctx: JobContext) -> _Ready | dict[str, Any]:
+    """The endpoint, the ledger's reservation and the signed request; the ledger's record
+    instead when the event was delivered before."""
     cfg = jobs_config(ctx.settings)
     name = _text(payload, "endpoint")
     event = _text(payload, "event")
@@ -308,14 +343,7 @@ def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     except BaseException:
         ctx.release(key)  # nothing was sent: held, bad data or an unsafe URL
         raise
-    result = post(
-        target,
-        headers,
-        encoded,
-        connect_timeout=cfg.webhook_connect_timeout_seconds,
-        timeout=cfg.webhook_timeout_seconds,
-    )
-    return _conclude(delivery, result)
+    return _Ready(delivery, target, headers, encoded)
 
 
 def _prepare(

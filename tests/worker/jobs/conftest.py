@@ -13,7 +13,6 @@ import jobdesk.worker.jobs  # noqa: F401  (registers the built-in types)
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.webhooks.endpoints import add_endpoint
 from jobdesk.worker.jobs import set_data_resolver, set_mail_provider, set_recipient_resolver
-from jobdesk.worker.jobs.webhook_http import close_clients
 from tests.worker.jobs.receiver import Receiver
 from tests.worker.jobs.smtp_server import SmtpSink
 
@@ -30,7 +29,6 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver().start()
     yield server
     server.stop()
-    close_clients()
 
 
 @pytest.fixture

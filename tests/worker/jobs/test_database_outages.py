@@ -18,11 +18,12 @@ from jobdesk.shared.core.effects import find_effect
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.completer import apply_outcomes
-from jobdesk.worker.executor import Kind, Outcome, execute, make_attempt
+from jobdesk.worker.executor import Kind, Outcome, execute, execute_async, make_attempt
 from jobdesk.worker.jobs import set_mail_provider
 from jobdesk.worker.jobs.config import JobsConfig
 from jobdesk.worker.jobs.email_provider import SendResult, SmtpProvider, parse_smtp_url
 from jobdesk.worker.registry import registry
+from tests.asyncdb import on_one_loop
 from tests.worker.dbfaults import handler_engine, refusing_connections
 from tests.worker.jobs.conftest import add_test_endpoint
 from tests.worker.jobs.receiver import Receiver
@@ -52,7 +53,10 @@ def _run(db_url: str, claimed: ClaimedJob) -> Outcome:
     try:
         attempt = make_attempt(claimed, job_type, handlers, settings)
         attempt.begin()
-        return execute(claimed, job_type, attempt.ctx, clock=lambda: claimed.started_at)
+        clock = lambda: claimed.started_at  # noqa: E731
+        if job_type.is_async:  # webhook.deliver
+            return on_one_loop(lambda: execute_async(claimed, job_type, attempt.ctx, clock=clock))
+        return execute(claimed, job_type, attempt.ctx, clock=clock)
     finally:
         handlers.dispose()
 

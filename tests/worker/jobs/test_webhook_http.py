@@ -1,11 +1,11 @@
 """The webhook HTTP client's connections: kept alive between deliveries to an endpoint,
-never shared by two requests at once, closed at shutdown."""
+never shared by two requests at once, one set per event loop, closed with the loop."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -13,7 +13,9 @@ import pytest
 
 from jobdesk.shared.webhooks.ssrf import VettedTarget
 from jobdesk.worker.jobs import webhook_http
-from jobdesk.worker.jobs.webhook_http import close_clients, post
+from jobdesk.worker.jobs.webhook_http import post
+from jobdesk.worker.loop_resources import close_loop_resources
+from tests.asyncdb import on_one_loop
 
 
 class PortsServer:
@@ -55,47 +57,65 @@ class PortsServer:
 def server() -> Iterator[PortsServer]:
     running = PortsServer()
     yield running
-    close_clients()
     running.http.shutdown()
     running.http.server_close()
 
 
-def send(server: PortsServer) -> webhook_http.HttpResult:
-    return post(server.target(), {}, b"{}", connect_timeout=2, timeout=5)
+async def send(server: PortsServer) -> webhook_http.HttpResult:
+    return await post(server.target(), {}, b"{}", connect_timeout=2, timeout=5)
 
 
 def test_deliveries_one_after_another_share_one_connection(server: PortsServer) -> None:
-    results = [send(server) for _ in range(5)]
-    assert [r.status_code for r in results] == [200] * 5
+    async def scenario() -> None:
+        results = [await send(server) for _ in range(5)]
+        assert [r.status_code for r in results] == [200] * 5
+
+    on_one_loop(scenario)
     assert len(set(server.ports)) == 1
 
 
 def test_concurrent_deliveries_each_have_a_connection_and_keep_it(server: PortsServer) -> None:
-    # All eight are answered only once all eight are in flight: none waits for another.
-    server.barrier = threading.Barrier(8)
-    with ThreadPoolExecutor(8) as pool:
-        first = list(pool.map(lambda _: send(server), range(8)))
-    server.barrier = None
-    assert [r.status_code for r in first] == [200] * 8
-    assert len(set(server.ports)) == 8
-    # The next round reuses those connections instead of opening new ones.
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: send(server), range(8)))
-    assert len(set(server.ports)) == 8
+    async def scenario() -> None:
+        # All eight are answered only once all eight are in flight: none waits for another.
+        server.barrier = threading.Barrier(8)
+        first = await asyncio.gather(*(send(server) for _ in range(8)))
+        server.barrier = None
+        assert [r.status_code for r in first] == [200] * 8
+        assert len(set(server.ports)) == 8
+        # The next round reuses those connections instead of opening new ones.
+        await asyncio.gather(*(send(server) for _ in range(8)))
+        assert len(set(server.ports)) == 8
+
+    on_one_loop(scenario)
 
 
-def test_a_request_in_flight_at_shutdown_does_not_keep_its_client(server: PortsServer) -> None:
-    send(server)
-    server.barrier = threading.Barrier(2)
-    with ThreadPoolExecutor(1) as pool:
-        late = pool.submit(send, server)
-        # The request is held by the server: shut the clients down meanwhile.
+def test_each_event_loop_has_its_own_clients(server: PortsServer) -> None:
+    # A client's connections belong to the loop that opened them: a second loop (a
+    # replaced worker loop, the next `drain()` attempt) opens its own.
+    async def scenario() -> None:
+        assert (await send(server)).status_code == 200
+
+    on_one_loop(scenario)
+    on_one_loop(scenario)
+    assert len(set(server.ports)) == 2
+
+
+def test_a_request_in_flight_when_the_loop_closes_does_not_keep_its_client(
+    server: PortsServer,
+) -> None:
+    async def scenario() -> None:
+        await send(server)
+        server.barrier = threading.Barrier(2)
+        late = asyncio.ensure_future(send(server))
+        # The request is held by the server: close the loop's clients meanwhile.
         while len(server.ports) < 2:
-            threading.Event().wait(0.01)
-        close_clients()
-        server.barrier.wait(timeout=5)
-        assert late.result(timeout=5).status_code == 200
-    server.barrier = None
-    send(server)
+            await asyncio.sleep(0.01)
+        await close_loop_resources()
+        await asyncio.to_thread(server.barrier.wait, 5)
+        assert (await late).status_code == 200
+        server.barrier = None
+        await send(server)
+
+    on_one_loop(scenario)
     assert len(set(server.ports)) == 2  # the first connection was closed; a new one
     assert len(server.ports) == 3

@@ -31,6 +31,7 @@ from jobdesk.worker.jobs import set_data_resolver
 from jobdesk.worker.jobs.webhook import deliver_webhook
 from jobdesk.worker.registry import registry
 from jobdesk.worker.testing import drain
+from tests.asyncdb import on_one_loop
 from tests.factories import job_row, make_job
 from tests.worker.jobs.conftest import add_test_endpoint
 from tests.worker.jobs.receiver import Receiver
@@ -453,7 +454,7 @@ def test_kill_between_delivery_and_completion_applies_once(
         idempotency_key=claimed.idempotency_key,
         engine=engine,
     )
-    deliver_webhook(claimed.payload, ctx)  # the receiver applied it ...
+    on_one_loop(lambda: deliver_webhook(claimed.payload, ctx))  # the receiver applied it ...
     # ... and the worker died before its last transaction (delivery row + effect record)
     # committed: that transaction is gone, the job is still running under a dead lease.
     with engine.begin() as conn:
