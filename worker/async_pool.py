@@ -28,7 +28,9 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 
+from jobdesk.worker.config import ASYNC_BLOCKING_THREADS
 from jobdesk.worker.executor import Attempt
 from jobdesk.worker.loop_resources import close_loop_resources
 from jobdesk.worker.pool import PoolBase
@@ -49,6 +51,11 @@ class _Loop:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        # A known number of threads for `asyncio.to_thread` (the handler database pool is
+        # sized for them), not one that follows the CPU count.
+        self.loop.set_default_executor(
+            ThreadPoolExecutor(ASYNC_BLOCKING_THREADS, thread_name_prefix=f"{name}-blocking")
+        )
         self.tasks: dict[Attempt, asyncio.Task[None]] = {}
         self.turned = time.monotonic()
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)

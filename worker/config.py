@@ -91,6 +91,11 @@ def parse_queues(spec: str | None, concurrency: int) -> list[SlotGroup]:
     return groups
 
 
+#: Threads of each event loop's pool for its coroutines' blocking work — `ctx`'s database
+#: calls, `webhook.deliver`'s look-ups, `asyncio.to_thread` — whatever the CPU count.
+ASYNC_BLOCKING_THREADS: Final = 8
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything the runner needs besides the engine and the registry."""
@@ -111,6 +116,12 @@ class WorkerConfig:
     @property
     def total_slots(self) -> int:
         return sum(g.slots for g in self.groups)
+
+    @property
+    def handler_threads(self) -> int:
+        """Threads that may run handlers' database work at once: the slot threads, and
+        each slot group's event loop's thread pool (its coroutines' blocking steps)."""
+        return self.total_slots + len(self.groups) * ASYNC_BLOCKING_THREADS
 
     @classmethod
     def build(

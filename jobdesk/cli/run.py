@@ -174,7 +174,7 @@ def worker(
         # half a lease (the reaper and operators' cancels wait for those rows).
         idle_in_transaction_seconds=transaction_bound(settings.lease_seconds),
     )
-    handler_pool = min(config.total_slots, settings.db_pool_size)
+    handler_pool = min(config.handler_threads, settings.db_pool_size)
     handler_engine = engine_from(ctx, pool_size=handler_pool, application_name="jobdesk-jobs")
     if config.total_slots > settings.db_pool_size:
         click.echo(
@@ -183,7 +183,7 @@ def worker(
             "database may wait for one",
             err=True,
         )
-    _check_connection_budget(engine, config.total_slots, settings)
+    _check_connection_budget(engine, config.handler_threads, settings)
     watchdog = _watchdog(settings, engine, registry.policy_for)
     # Its witness is forked: before any thread starts (the metrics server has one).
     watchdog.prepare()

@@ -33,6 +33,10 @@ a hold), and kept when it may have been (timeout, connection lost after sending)
 A paused endpoint, an open circuit breaker (`webhook:<name>`) or a spent per-endpoint
 rate limit snoozes the job without using an attempt. Every request is logged in
 `webhook_deliveries`.
+
+The handler is `async def`: the worker runs it on its event loop, many at once; the
+database steps around the POST run in the loop's thread pool (`_get_ready` before, a
+failure's delivery log after), the POST itself on the loop (`webhook_http`).
 """
 
 from __future__ import annotations

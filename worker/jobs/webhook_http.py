@@ -1,45 +1,53 @@
 """One webhook HTTP request to a vetted address, on the event loop: timeouts, no
 redirects, capped reads.
 
-The request goes to an address the SSRF guard vetted (the URL's host is replaced by
-the IP), while the `Host` header and the TLS SNI/certificate check keep the real host
-name — so DNS is asked exactly once per delivery and a rebinding answer cannot redirect
-the request. Proxies from the environment are ignored for the same reason. Redirects are
-never followed (a 3xx is an answer, not a hop). At most `max_bytes` of the response
-body are read (raw, no decompression), then the connection is dropped.
+The request goes to an address the SSRF guard vetted (a connection to the IP itself),
+while the `Host` header and the TLS SNI/certificate check keep the real host name — so
+DNS is asked exactly once per delivery and a rebinding answer cannot redirect the
+request. Proxies do not exist here, for the same reason. Redirects are never followed (a
+3xx is an answer, not a hop). At most `max_bytes` of the response body are read (raw, no
+decompression: `Accept-Encoding: identity`), then the connection is dropped.
 
-Clients are kept per (scheme, host, port, timeouts) so keep-alive works across
-deliveries to the same endpoint; a client is never shared between host names, because
-a pooled TLS connection carries the SNI of the host it was opened for. Each request
-checks a client out for itself and returns it afterwards, so concurrent deliveries never
-wait on one another's connection pool. Clients belong to the event loop that opened
-them: one cache per loop, closed with the loop (`jobdesk.worker.loop_resources`). Every
-client shares one TLS context, built once (one per client cost ~17 ms of CPU).
+HTTP/1.1 on asyncio's streams with h11 for the framing: a webhook is one POST and one
+answer, and a general-purpose client's layers (cookies, auth and redirect hooks, a
+connection pool's bookkeeping, anyio's cancel scopes) cost more CPU per delivery than
+the rest of the delivery together.
+
+Connections are kept alive per (scheme, host, port, address) on the event loop that
+opened them, one request at a time each: a delivery takes an idle one or opens its own,
+and gives it back after a complete exchange (never after a cut-short or broken one).
+A TLS connection carries the SNI of the host it was opened for, so it is never shared
+between host names. The cache belongs to its loop and is closed with it
+(`jobdesk.worker.loop_resources`); every connection shares one TLS context, built once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ssl
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import certifi
+import h11
 import httpx
 
 from jobdesk.shared.webhooks.ssrf import VettedTarget
 from jobdesk.worker.loop_resources import on_loop_close
 
 MAX_RESPONSE_BYTES = 64 * 1024
-#: Endpoints (scheme, host, port, timeouts) whose idle clients are kept.
-MAX_CLIENTS = 64
-#: Idle clients kept per endpoint: one per concurrent request, up to this many (an
+#: Endpoints (scheme, host, port, address) whose idle connections are kept.
+MAX_ENDPOINTS = 64
+#: Idle connections kept per endpoint: one per concurrent request, up to this many (an
 #: event loop runs hundreds of deliveries at once).
-MAX_IDLE_PER_KEY = 512
+MAX_IDLE_PER_ENDPOINT = 512
 USER_AGENT = "Jobdesk-Webhooks/1"
+#: Bytes asked of the socket per read.
+READ_SIZE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,99 +65,107 @@ class HttpResult:
     address: str | None = None
 
 
-Key = tuple[object, ...]
+Key = tuple[str, str, int, str]
 
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """httpx's default verification (certifi's CA bundle), built once for every client."""
+    """Verification against certifi's CA bundle (what httpx does), built once."""
     return ssl.create_default_context(cafile=certifi.where())
 
 
-#: One request at a time per client, so its pool holds one keep-alive connection (a
-#: second for a fallback address). A client shared by every request made them queue on
-#: its pool, and each request scanned all its idle connections.
-_ONE_AT_A_TIME = httpx.Limits(max_connections=2, max_keepalive_connections=1)
+@dataclass(eq=False)
+class _Connection:
+    """One open HTTP/1.1 connection and its protocol state."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    http: h11.Connection = field(default_factory=lambda: h11.Connection(h11.CLIENT))
+
+    def reusable(self) -> bool:
+        """Idle, and the receiver has not closed it meanwhile."""
+        return (
+            self.http.our_state is h11.IDLE
+            and not self.writer.is_closing()
+            and not self.reader.at_eof()
+        )
+
+    def close(self) -> None:
+        self.writer.close()
 
 
-def _new_client(connect_timeout: float, timeout: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=connect_timeout, read=timeout, write=timeout, pool=timeout),
-        follow_redirects=False,
-        trust_env=False,
-        verify=_tls_context(),
-        limits=_ONE_AT_A_TIME,
-    )
-
-
-class _ClientCache:
-    """One event loop's idle clients per (scheme, host, port, timeouts), least recently
-    used key first. Only that loop's thread touches it; closing is the caller's (it
-    awaits), so what falls out is returned."""
+class _Connections:
+    """One event loop's idle connections per endpoint, least recently used endpoint
+    first. Only that loop's thread touches it."""
 
     def __init__(self) -> None:
-        self._idle: OrderedDict[Key, list[httpx.AsyncClient]] = OrderedDict()
-        #: Moves on at `close_all`: a client checked out before then is not kept.
+        self._idle: OrderedDict[Key, list[_Connection]] = OrderedDict()
+        #: Moves on at `close_all`: a connection taken before then is not kept.
         self.generation = 0
 
-    def check_out(self, key: Key, connect_timeout: float, timeout: float) -> httpx.AsyncClient:
-        """A client for `key` that no other request is using (a new one if none is idle)."""
+    def take(self, key: Key) -> _Connection | None:
         idle = self._idle.get(key)
-        if idle:
-            self._idle.move_to_end(key)
-            return idle.pop()
-        return _new_client(connect_timeout, timeout)
+        while idle:
+            connection = idle.pop()
+            if connection.reusable():
+                self._idle.move_to_end(key)
+                return connection
+            connection.close()
+        return None
 
-    def check_in(
-        self, key: Key, client: httpx.AsyncClient, generation: int
-    ) -> list[httpx.AsyncClient]:
-        """Keep `client` for the next request to `key`; returns the clients to close."""
-        if generation != self.generation:
-            return [client]  # checked out before `close_all`: the cache stays as it is
-        evicted: list[httpx.AsyncClient] = []
+    def give_back(self, key: Key, connection: _Connection, generation: int) -> None:
+        if generation != self.generation or not connection.reusable():
+            connection.close()
+            return
         idle = self._idle.setdefault(key, [])
         self._idle.move_to_end(key)
-        (idle if len(idle) < MAX_IDLE_PER_KEY else evicted).append(client)
-        while len(self._idle) > MAX_CLIENTS:
-            _, clients = self._idle.popitem(last=False)
-            evicted.extend(clients)
-        return evicted
+        if len(idle) < MAX_IDLE_PER_ENDPOINT:
+            idle.append(connection)
+        else:
+            connection.close()
+        while len(self._idle) > MAX_ENDPOINTS:
+            _, evicted = self._idle.popitem(last=False)
+            for old in evicted:
+                old.close()
 
-    def close_all(self) -> list[httpx.AsyncClient]:
-        """Forget every idle client; returns them to close."""
+    async def close_all(self) -> None:
         self.generation += 1
-        clients = [client for idle in self._idle.values() for client in idle]
+        connections = [c for idle in self._idle.values() for c in idle]
         self._idle.clear()
-        return clients
+        for connection in connections:
+            connection.close()
+        for connection in connections:
+            with contextlib.suppress(Exception):
+                await connection.writer.wait_closed()
 
 
-_loop_caches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ClientCache] = (
+_loop_connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Connections] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _loop_clients() -> _ClientCache:
+def _connections() -> _Connections:
     loop = asyncio.get_running_loop()
-    cache = _loop_caches.get(loop)
+    cache = _loop_connections.get(loop)
     if cache is None:
-        cache = _ClientCache()
-        _loop_caches[loop] = cache
+        cache = _loop_connections[loop] = _Connections()
 
         async def close_all() -> None:
-            _loop_caches.pop(loop, None)  # a loop that goes on starts a fresh cache
-            await _aclose(cache.close_all())
+            _loop_connections.pop(loop, None)  # a loop that goes on starts afresh
+            await cache.close_all()
 
         on_loop_close(close_all)
     return cache
 
 
-async def _aclose(clients: list[httpx.AsyncClient]) -> None:
-    for client in clients:
-        await client.aclose()
+class _Failed(Exception):
+    """An exchange that ended without an answer: its `HttpResult`, and whether the next
+    vetted address may be tried (only when nothing was sent)."""
 
-
-def _key(target: VettedTarget, connect_timeout: float, timeout: float) -> Key:
-    return (target.scheme, target.host, target.port, connect_timeout, timeout)
+    def __init__(self, result: HttpResult, next_address: bool = False) -> None:
+        super().__init__(result.error)
+        self.result = result
+        self.next_address = next_address
 
 
 async def post(
@@ -161,79 +177,136 @@ async def post(
     timeout: float,
     max_bytes: int = MAX_RESPONSE_BYTES,
 ) -> HttpResult:
-    """POST `body` to the first vetted address that accepts a connection, with the
-    running event loop's clients."""
-    cache = _loop_clients()
-    key = _key(target, connect_timeout, timeout)
-    generation = cache.generation
-    client = cache.check_out(key, connect_timeout, timeout)
+    """POST `body` to the first vetted address that accepts a connection."""
+    cache = _connections()
+    request = _request_headers(target, headers, body)
+    failure = HttpResult("connect_error", error="no address to connect to")
+    for address in target.addresses:
+        key = (target.scheme, target.host, target.port, address)
+        generation = cache.generation
+        started = time.monotonic()
+        connection = cache.take(key)
+        kept = False
+        try:
+            if connection is None:
+                connection = await _open(target, address, connect_timeout, started)
+            result, kept = await _exchange(
+                connection, target, request, body, address, started, timeout, max_bytes
+            )
+            return result
+        except _Failed as failed:
+            if not failed.next_address:
+                return failed.result
+            failure = failed.result
+        finally:
+            if connection is not None:
+                if kept:
+                    cache.give_back(key, connection, generation)
+                else:
+                    connection.close()
+    return failure
+
+
+def _request_headers(
+    target: VettedTarget, headers: dict[str, str], body: bytes
+) -> list[tuple[str, str]]:
+    return [
+        ("Host", target.host_header),
+        ("User-Agent", USER_AGENT),
+        ("Content-Type", "application/json"),
+        ("Accept-Encoding", "identity"),
+        ("Content-Length", str(len(body))),
+        *headers.items(),
+    ]
+
+
+async def _open(
+    target: VettedTarget, address: str, connect_timeout: float, started: float
+) -> _Connection:
+    secure = target.scheme == "https"
     try:
-        failure = _NO_ADDRESS
-        for address in target.addresses:
-            request = _request(client, target, address, headers, body)
-            started = time.monotonic()
-            try:
-                response = await client.send(request, stream=True)
-            except (httpx.TransportError, httpx.StreamError) as exc:
-                failure, next_address = _classify(exc, started, address)
-                if next_address:
-                    continue
-                return failure
-            reading = _CappedBody(response, started, address, max_bytes, timeout)
-            try:
-                async for chunk in response.aiter_raw():
-                    if reading.add(chunk):
-                        break
-            except httpx.HTTPError as exc:
-                reading.broken(exc)
-            finally:
-                await response.aclose()
-            return reading.result()
-        return failure
-    finally:
-        await _aclose(cache.check_in(key, client, generation))
+        async with asyncio.timeout(connect_timeout):
+            reader, writer = await asyncio.open_connection(
+                address,
+                target.port,
+                ssl=_tls_context() if secure else None,
+                server_hostname=target.host if secure else None,
+                limit=READ_SIZE,
+            )
+    except TimeoutError as exc:
+        failed = _failure("connect_error", exc, started, address, "connect timed out")
+        raise _Failed(failed, True) from None
+    except OSError as exc:  # refused, unreachable, TLS handshake or certificate failure
+        raise _Failed(_failure("connect_error", exc, started, address), True) from None
+    return _Connection(reader, writer)
 
 
-_NO_ADDRESS = HttpResult("connect_error", error="no address to connect to")
-
-
-def _request(
-    client: httpx.AsyncClient,
+async def _exchange(
+    connection: _Connection,
     target: VettedTarget,
-    address: str,
-    headers: dict[str, str],
+    headers: list[tuple[str, str]],
     body: bytes,
-) -> httpx.Request:
-    return client.build_request(
-        "POST",
-        target.url_for(address),
-        headers={
-            "Host": target.host_header,
-            "User-Agent": USER_AGENT,
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-            **headers,
-        },
-        content=body,
-        extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
-    )
+    address: str,
+    started: float,
+    timeout: float,
+    max_bytes: int,
+) -> tuple[HttpResult, bool]:
+    """Send the POST on `connection` and read the answer; also whether the connection
+    may carry the next request. Any failure from here on may have reached the receiver:
+    a timeout is a `timeout`, anything else `unknown`."""
+    http = connection.http
+    try:
+        head = http.send(h11.Request(method="POST", target=target.target, headers=headers))
+        payload = http.send(h11.Data(data=body)) if body else b""
+        end = http.send(h11.EndOfMessage())
+        connection.writer.write(b"".join(part or b"" for part in (head, payload, end)))
+        async with asyncio.timeout(timeout):
+            await connection.writer.drain()
+        response = await _response_head(connection, timeout)
+    except TimeoutError as exc:
+        raise _Failed(_failure("timeout", exc, started, address)) from None
+    except (OSError, h11.ProtocolError, EOFError) as exc:
+        raise _Failed(_failure("unknown", exc, started, address)) from None
+    answer = _CappedBody(response, started, address, max_bytes, timeout)
+    try:
+        while not answer.done:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                async with asyncio.timeout(timeout):
+                    http.receive_data(await connection.reader.read(READ_SIZE))
+            elif isinstance(event, h11.Data):
+                answer.add(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                answer.done = True
+            else:  # ConnectionClosed before the end of the body
+                answer.broken(EOFError("connection closed before the end of the body"))
+    except (TimeoutError, OSError, h11.ProtocolError) as exc:
+        answer.broken(exc)
+    # Reused only after a whole exchange that both sides mean to keep alive.
+    reusable = not answer.truncated and http.our_state is h11.DONE
+    reusable = reusable and http.their_state is h11.DONE
+    if reusable:
+        http.start_next_cycle()
+    return answer.result(), reusable
 
 
-def _classify(exc: Exception, started: float, address: str) -> tuple[HttpResult, bool]:
-    """What a failed send means, and whether the next vetted address may be tried (only
-    when nothing was sent: the connection was never made)."""
-    if isinstance(exc, httpx.ConnectTimeout):
-        return _failure("connect_error", exc, started, address, "connect timed out"), True
-    if isinstance(exc, httpx.ConnectError):
-        return _failure("connect_error", exc, started, address), True
-    if isinstance(exc, httpx.TimeoutException):
-        return _failure("timeout", exc, started, address), False
-    # Sent (at least partly) and then the connection broke: outcome unknown.
-    return _failure("unknown", exc, started, address), False
+async def _response_head(connection: _Connection, timeout: float) -> h11.Response:
+    http = connection.http
+    while True:
+        event = http.next_event()
+        if event is h11.NEED_DATA:
+            async with asyncio.timeout(timeout):
+                http.receive_data(await connection.reader.read(READ_SIZE))
+        elif isinstance(event, h11.Response):
+            return event
+        elif isinstance(event, h11.InformationalResponse):
+            continue  # 100 Continue and the like: the answer follows
+        else:
+            raise EOFError("the receiver closed the connection without an answer")
 
 
 def _failure(
-    kind: str, exc: Exception, started: float, address: str, message: str | None = None
+    kind: str, exc: BaseException, started: float, address: str, message: str | None = None
 ) -> HttpResult:
     detail = message or str(exc) or type(exc).__name__
     return HttpResult(
@@ -249,7 +322,7 @@ class _CappedBody:
     line arrived, so a body cut short or broken does not change the answer."""
 
     def __init__(
-        self, response: httpx.Response, started: float, address: str, max_bytes: int, timeout: float
+        self, response: h11.Response, started: float, address: str, max_bytes: int, timeout: float
     ) -> None:
         self.response = response
         self.latency_ms = (time.monotonic() - started) * 1000
@@ -258,31 +331,31 @@ class _CappedBody:
         self.deadline = started + timeout
         self.chunks: list[bytes] = []
         self.size = 0
+        self.done = False
         self.truncated = False
         self.error: str | None = None
 
-    def add(self, chunk: bytes) -> bool:
-        """Keep `chunk`; True when reading must stop."""
+    def add(self, chunk: bytes) -> None:
         self.chunks.append(chunk)
         self.size += len(chunk)
         if self.size > self.max_bytes:
-            self.truncated = True
-            return True
-        if time.monotonic() > self.deadline:
-            self.truncated = True
+            self.truncated = self.done = True
+        elif time.monotonic() > self.deadline:
+            self.truncated = self.done = True
             self.error = "response body too slow; stopped reading"
-            return True
-        return False
 
-    def broken(self, exc: Exception) -> None:
-        self.truncated = True
+    def broken(self, exc: BaseException) -> None:
+        self.truncated = self.done = True
         self.error = f"{type(exc).__name__} while reading the body"
 
     def result(self) -> HttpResult:
+        fields = self.response.headers
         return HttpResult(
             "response",
             status_code=self.response.status_code,
-            headers=self.response.headers,
+            headers=httpx.Headers(
+                [(name.decode("latin-1"), value.decode("latin-1")) for name, value in fields]
+            ),
             body=b"".join(self.chunks)[: self.max_bytes],
             body_truncated=self.truncated,
             latency_ms=self.latency_ms,
