@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 @click.option(
     "--async-concurrency",
     type=click.IntRange(1, 10000),
-    help="`async def` handlers in flight at once per slot group, on the worker's event "
-    "loop. (env JOBDESK_ASYNC_CONCURRENCY, default 200)",
+    help="`async def` handlers (`webhook.deliver` among them) in flight at once per slot "
+    "group, on the worker's event loop. (env JOBDESK_ASYNC_CONCURRENCY, default 200)",
 )
 @click.option(
     "--jobs",

@@ -120,8 +120,8 @@ class Settings:
     )
     async_concurrency: int = setting(
         200,
-        "`async def` handlers in flight at once per slot group, on the worker's event loop "
-        "(1 to 10000)",
+        "`async def` handlers — `webhook.deliver` among them — in flight at once per slot "
+        "group, on the worker's event loop (1 to 10000)",
         group=WORKER,
         minimum=1,
         maximum=10000,
