@@ -69,7 +69,8 @@ class Settings:
     )
     db_pool_size: int = setting(
         10,
-        "PostgreSQL pool size; a worker's handlers get `min(slots, this)`",
+        "PostgreSQL pool size; a worker's handlers get `min(slots + 8 per slot group, this)` "
+        "(the 8: each event loop's threads for its coroutines' database work)",
         group=CORE,
         minimum=1,
     )
