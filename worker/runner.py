@@ -344,8 +344,7 @@ class Runner:
             pid=os.getpid(),
             queues=queues,
             job_types=self.job_types,
-            # What it runs at once: each lane's threads or event loop tasks.
-            concurrency=sum(lane.slots for lane in self.lanes),
+            concurrency=self.config.total_slots,
             version=_version(),
             now=now,
             clock_skew_seconds=self._skew(),
