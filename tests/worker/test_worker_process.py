@@ -193,11 +193,12 @@ def test_leader_election_and_takeover(engine: sa.Engine, procs: Workers) -> None
     first = wait_for(holder, 10)
     assert first in ids.values()
     leader, follower = (a, b) if ids[a] == first else (b, a)
-    assert "leader_elected" in leader.log()
+    # The log line follows the lease row by a moment (the worker writes it after commit).
+    assert wait_for(lambda: "leader_elected" in leader.log(), 5)
     leader.signal(signal.SIGKILL)
     leader.proc.wait(5)
     assert wait_for(lambda: holder() == ids[follower], 15)
-    assert "leader_elected" in follower.log()
+    assert wait_for(lambda: "leader_elected" in follower.log(), 5)
     assert follower.stop() == 0
     assert holder() is None  # released on clean shutdown, no waiting for expiry
 
