@@ -293,7 +293,7 @@ async def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str,
         connect_timeout=delivery.cfg.webhook_connect_timeout_seconds,
         timeout=delivery.cfg.webhook_timeout_seconds,
     )
-    if delivery.healthy and result.kind == "response" and 200 <= (result.status_code or 0) < 300:
+    if delivery.healthy and _delivered(result):
         # The common case writes nothing of its own: its records go with the outcome.
         return _conclude(delivery, result)
     return await asyncio.to_thread(_conclude, delivery, result)
@@ -379,6 +379,11 @@ def _prepare(
     return target, headers.as_dict(), encoded
 
 
+def _delivered(result: HttpResult) -> bool:
+    """A 2xx answer: the receiver took the event."""
+    return result.kind == "response" and 200 <= (result.status_code or 0) < 300
+
+
 def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
     endpoint, cfg = delivery.endpoint, delivery.cfg
     where = f"endpoint {endpoint.name}"
@@ -394,7 +399,7 @@ def _conclude(delivery: Delivery, result: HttpResult) -> dict[str, Any]:
         raise WebhookDeliveryError(f"{where}: {result.kind}: {result.error}")
     status = result.status_code or 0
     line = f"{where} answered HTTP {status}"
-    if 200 <= status < 300:
+    if _delivered(result):
         detail = {
             "webhook_id": delivery.msg_id,
             "endpoint": endpoint.name,
