@@ -8,7 +8,9 @@ references into data at run time, and register the app's report —
   deleted meanwhile → `None` → the email job is dead, not retried);
 - the data resolver: the CRM webhook's `{"data_ref": {"user_id": 42}}` → the user's
   current data;
-- the `demo_signups` report over the demo's activity rows.
+- the `demo_signups` report over the demo's activity rows, and its nightly schedule
+  (`demo.nightly_signups`, 02:00 UTC, the day that just ended: the Schedules page shows
+  it; the story also requests tonight's run by hand so the demo shows a finished report).
 
 One thing only the demo does: the CRM webhook's retry schedule is shortened from
 1 min, 5 min, 30 min, 2 h to seconds (`JOBDESK_DEMO_WEBHOOK_BACKOFF`, default
@@ -34,7 +36,8 @@ from jobdesk.worker.jobs import (
     set_data_resolver,
     set_recipient_resolver,
 )
-from jobdesk.worker.registry import Registry, registry
+from jobdesk.worker.registry import Registry, registry, schedule
+from jobdesk.worker.schedules import ScheduleSpec
 
 DEFAULT_DEMO_BACKOFF = "2,4,8,16"
 
@@ -90,6 +93,17 @@ def user_data(event: str, data_ref: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def declare_nightly_schedule(target: Registry = registry) -> ScheduleSpec:
+    """The report the story requests by hand, declared for every night."""
+    return schedule(
+        story.NIGHTLY_SCHEDULE,
+        "report.generate",
+        {"report": story.REPORT_NAME, "params": {"date": "yesterday"}},
+        cron=story.NIGHTLY_CRON,
+        target=target,
+    )
+
+
 def parse_backoff(raw: str) -> tuple[float, ...]:
     """`"2,4,8,16"` → delays in seconds; a bad value names the variable."""
     name = "JOBDESK_DEMO_WEBHOOK_BACKOFF"
@@ -114,5 +128,6 @@ def install(settings: Settings | None = None, target: Registry = registry) -> No
     set_recipient_resolver(find_recipient)
     set_data_resolver(user_data)
     register_report(story.SIGNUPS_REPORT)
+    declare_nightly_schedule(target)
     raw = settings.demo_webhook_backoff
     shorten_backoff("webhook.deliver", parse_backoff(raw), target)

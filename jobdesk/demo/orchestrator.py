@@ -406,6 +406,10 @@ class Demo:
             f"  Demo timing:   CRM retries after {backoff} (production: 1 min, 5 min, "
             "30 min, 2 h), dead after 5 attempts"
         )
+        self.say(
+            f"  Nightly report: schedule {story.NIGHTLY_SCHEDULE} ({story.NIGHTLY_CRON} UTC), "
+            f"{self.dashboard_url}/schedules; tonight's run is requested by the story"
+        )
         self.say("  Stop:          Ctrl-C")
         self.say("")
 

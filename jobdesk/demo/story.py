@@ -21,7 +21,7 @@ Roll the transaction back and none of it exists; commit and all of it does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -152,6 +152,11 @@ def request_nightly_report(conn: sa.Connection, day: date) -> int:
     )
 
 
+#: The nightly run, declared as a schedule: 02:00 UTC, the day that just ended.
+NIGHTLY_SCHEDULE = "demo.nightly_signups"
+NIGHTLY_CRON = "0 2 * * *"
+
+
 def find_user(conn: sa.Connection, user_id: int) -> dict[str, Any] | None:
     row = conn.execute(sa.select(demo_users).where(demo_users.c.id == user_id)).first()
     return None if row is None else dict(row._mapping)
@@ -167,12 +172,17 @@ def _report_params(params: dict[str, Any], now: datetime) -> dict[str, Any]:
     if unknown:
         raise ValidationError("params", f"unknown parameter(s): {', '.join(sorted(unknown))}")
     raw = params.get("date")
-    if raw is None:
-        return {"date": now.astimezone(UTC).date().isoformat()}
+    today = now.astimezone(UTC).date()
+    if raw is None or raw == "today":
+        return {"date": today.isoformat()}
+    if raw == "yesterday":  # what the nightly schedule asks for: the day that just ended
+        return {"date": (today - timedelta(days=1)).isoformat()}
     try:
         return {"date": date.fromisoformat(str(raw)).isoformat()}
     except ValueError:
-        raise ValidationError("params.date", f"{raw!r} is not a date YYYY-MM-DD") from None
+        raise ValidationError(
+            "params.date", f"{raw!r} is not a date YYYY-MM-DD, 'today' or 'yesterday'"
+        ) from None
 
 
 SIGNUPS_REPORT = ReportDefinition(

@@ -156,6 +156,27 @@ def _move_watermark(
     return bool(result.rowcount)
 
 
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The attempts past the watermark, counted live into minute rows (the History page
+    reads them beside the buckets so a job that just finished shows at once)."""
+
+    minutes: list[dict[str, Any]]
+    #: More than `CHUNK` attempts wait past the watermark: only the oldest were counted.
+    cut: bool
+
+
+def read_tail(conn: sa.Connection, after: int, *, horizon: datetime) -> Tail:
+    """Minute rows of the attempts with an id past `after` (the watermark) that finished
+    after `horizon`, the oldest `CHUNK` of them at most. Written nowhere: the rollup
+    counts the same attempts into the buckets once they settle."""
+    window = sa.select(_a.id).where(_a.id > after).order_by(_a.id).limit(CHUNK).subquery()
+    upto, seen = conn.execute(sa.select(sa.func.max(window.c.id), sa.func.count())).one()
+    if upto is None:
+        return Tail([], cut=False)
+    return Tail(_aggregate(conn, after, int(upto), horizon=horizon), cut=int(seen) == CHUNK)
+
+
 def _aggregate(
     conn: sa.Connection, after: int, upto: int, *, horizon: datetime
 ) -> list[dict[str, Any]]:

@@ -74,8 +74,19 @@ def test_the_page_is_in_the_navigation_and_empty_history_says_so(viewer: Browser
     html = page.get_data(as_text=True)
     assert page.status_code == 200
     assert 'href="/history" class="active" aria-current="page">History</a>' in html
-    assert "No history yet" in html
+    assert "Nothing finished in the last 24h" in html
     assert "<svg" not in html.split('id="history-charts"')[1]
+
+
+def test_a_job_that_just_finished_shows_before_the_rollup_counts_it(
+    viewer: Browser, engine: sa.Engine
+) -> None:
+    finished(engine, ago=timedelta(seconds=5), queue="email", job_type="email.send")
+    html = viewer.get("/history?range=1h").get_data(as_text=True)
+    assert "Nothing finished" not in html
+    assert "1 attempt succeeded" in html
+    assert "counted live from the attempts" in html
+    assert bars(html) == 60
 
 
 def test_ranges_have_their_buckets_axes_and_text_alternatives(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from jobdesk.demo import hooks, story
 from jobdesk.demo.sinks import Crm, DemoConsole, MailSink
 from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.retry import Schedule
 from jobdesk.shared.core.states import JobStatus
@@ -223,3 +224,17 @@ def test_shorten_backoff_replaces_only_the_schedule() -> None:
     assert registry.get("webhook.deliver") is original
     with pytest.raises(LookupError):
         hooks.shorten_backoff("nope.type", [1], private)
+
+
+def test_the_nightly_report_is_declared_as_a_schedule_of_the_day_that_ended(
+    world: World,
+) -> None:
+    (nightly,) = [spec for spec in world.registry.schedules() if spec.job_type == "report.generate"]
+    assert (nightly.name, nightly.cron, nightly.tz) == (story.NIGHTLY_SCHEDULE, "0 2 * * *", "UTC")
+    assert nightly.payload["report"] == story.REPORT_NAME
+    at_two = datetime(2026, 12, 4, 2, 0, tzinfo=UTC)
+    parse = story.SIGNUPS_REPORT.parse_params
+    assert parse(nightly.payload["params"], at_two) == {"date": "2026-12-03"}
+    assert parse({}, at_two) == {"date": "2026-12-04"}
+    with pytest.raises(ValidationError, match="'someday' is not a date"):
+        parse({"date": "someday"}, at_two)

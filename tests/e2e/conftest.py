@@ -5,6 +5,11 @@ Screenshots are taken only when `JOBDESK_E2E_SCREENSHOT_DIR` is set (the README'
 are made with `JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots pytest -m e2e -k sqlite`): a
 full-page picture of every screen costs seconds per test and checks nothing. Any
 Content-Security-Policy violation fails the test.
+
+The browser stories run on SQLite only (`one_database`): what a page shows is decided by
+queries the dashboard tests in `tests/dashboard/` run on both databases. The operator
+stories (`test_operator_stories.py`) also run on PostgreSQL: one browser pass over every
+action on the other dialect.
 """
 
 from __future__ import annotations

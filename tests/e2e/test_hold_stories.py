@@ -18,7 +18,7 @@ from tests.e2e.conftest import Seeded
 from tests.e2e.test_operator_stories import log_in, shoot
 from tests.factories import make_job
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_database]
 
 Server = tuple[str, Seeded]
 

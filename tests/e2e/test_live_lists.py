@@ -19,7 +19,7 @@ from jobdesk.shared.core.models import jobs
 from tests.e2e.test_operator_stories import Server, log_in, shoot
 from tests.factories import make_job
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_database]
 
 #: Longer than one 5 s poll.
 POLL_WAIT_MS = 15_000

@@ -17,7 +17,7 @@ from jobdesk.shared.core.models import jobs
 from tests.e2e.conftest import Seeded
 from tests.e2e.test_operator_stories import log_in
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_database]
 
 Server = tuple[str, Seeded]
 

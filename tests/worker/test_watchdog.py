@@ -64,6 +64,8 @@ def test_a_frozen_worker_exits_past_the_timeout_with_every_stack_and_the_job_end
     assert len(attempts_of(engine, hog)) == 1
 
 
+# The process exits or stays: no database write is involved.
+@pytest.mark.one_database
 def test_the_limit_caps_a_freeze_whatever_the_timeout(engine: sa.Engine, procs: Workers) -> None:
     with engine.begin() as conn:
         hog = enqueue(conn, "t.hog", {}, timeout=3600)
@@ -73,6 +75,8 @@ def test_the_limit_caps_a_freeze_whatever_the_timeout(engine: sa.Engine, procs: 
     assert "Timeout (0:00:0" in frozen.log()
 
 
+# The process exits or stays: no database write is involved.
+@pytest.mark.one_database
 def test_a_healthy_worker_keeps_running_past_the_limit(engine: sa.Engine, procs: Workers) -> None:
     with engine.begin() as conn:
         slow = enqueue(conn, "t.sleep", {"seconds": 8})
@@ -103,6 +107,7 @@ def test_the_timer_runs_to_the_earliest_timeout_plus_the_grace_within_bounds() -
     assert limit_at(now, None, 1) == MIN_LIMIT_SECONDS
 
 
+@pytest.mark.one_database  # refused before the database is opened
 def test_a_limit_under_the_floor_is_refused_naming_the_setting(db_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     env |= {"JOBDESK_DATABASE_URL": db_url, "JOBDESK_WATCHDOG_SECONDS": "2"}

@@ -3,15 +3,16 @@
 A range has a fixed bucket size so every chart has 60 to 100 bars: 1 h in minutes, 24 h in
 quarter hours, 7 d in two-hour buckets, aligned to UTC multiples of the bucket size so a
 bucket keeps its boundaries from one refresh to the next. The database sums the minutes
-into the buckets; only a few hundred rows come back. Reads the rollup only
-(`jobdesk_history_minutes`; `jobdesk_history_hours` for 7 days) — never the jobs or
-attempts — so the cost is bounded by the range (at most 1,440 minutes or 168 hours per
-queue and type), not by the queue's size.
+into the buckets; only a few hundred rows come back. Reads the rollup
+(`jobdesk_history_minutes`; `jobdesk_history_hours` for 7 days), so the cost is bounded by
+the range (at most 1,440 minutes or 168 hours per queue and type), not by the queue's
+size — plus the attempts the rollup has not counted yet (the last few minutes, at most
+`rollup.CHUNK` of them), counted live so a job that just finished shows at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.history.models import history_hours, history_minutes
-from jobdesk.shared.history.rollup import watermark
+from jobdesk.shared.history.rollup import read_tail, watermark
 from jobdesk.shared.operator.filters import choice_param, name_param
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -100,6 +101,10 @@ class History:
     job_types: list[str]
     #: Attempts that finished before this are all counted (None: never rolled up).
     settled_before: datetime | None
+    #: Attempts the rollup has not counted yet were read live from the attempts table.
+    live_tail: bool = False
+    #: More attempts wait for the rollup than one live read takes (the rollup is behind).
+    tail_cut: bool = False
 
     @property
     def empty(self) -> bool:
@@ -139,15 +144,72 @@ def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime)
 
     One pass over the range's minutes, summed per bucket, queue and type: the same rows
     give the chosen queue's and type's bars and the filters' choices (every queue and
-    type with history in the range), at most buckets times groups rows back."""
+    type with history in the range), at most buckets times groups rows back. The
+    attempts past the watermark are added live; if the rollup moved the watermark while
+    this read, it reads again (the buckets and the tail must meet at one attempt id)."""
     span = SPANS[filters.span]
     end = _floor(now, span.step) + span.step
     start = end - span.length
+    for _ in range(5):
+        after, settled_before = watermark(conn)
+        rows = [*_bucket_rows(conn, span, start, end)]
+        tail = read_tail(conn, after, horizon=start)
+        if watermark(conn)[0] == after:
+            break
+    first = int((start - _EPOCH) // span.step)
+    for row in tail.minutes:
+        rows.append(
+            {
+                **row,
+                "bucket": int((row["minute"] - _EPOCH) // span.step),
+                "wait_sum": row["wait_seconds_sum"],
+                "wait_max": row["wait_seconds_max"],
+            }
+        )
+    count = int(span.length / span.step)
+    sums: list[list[Any]] = [[0, 0, 0, 0, 0.0, None] for _ in range(count)]
+    queues: set[str] = set()
+    job_types: set[str] = set()
+    for row in rows:
+        queues.add(row["queue"])
+        job_types.add(row["job_type"])
+        if filters.queue and row["queue"] != filters.queue:
+            continue
+        if filters.job_type and row["job_type"] != filters.job_type:
+            continue
+        position = int(row["bucket"]) - first
+        if not 0 <= position < count:
+            continue
+        into = sums[position]
+        into[0] += int(row["processed"] or 0)
+        into[1] += int(row["failed"] or 0)
+        into[2] += int(row["dead"] or 0)
+        into[3] += int(row["waited"] or 0)
+        into[4] += float(row["wait_sum"] or 0.0)
+        if row["wait_max"] is not None:
+            worst = float(row["wait_max"])
+            into[5] = worst if into[5] is None else max(into[5], worst)
+    return History(
+        span=span,
+        start=start,
+        end=end,
+        buckets=[Bucket(start + span.step * i, *values) for i, values in enumerate(sums)],
+        queues=sorted(queues),
+        job_types=sorted(job_types),
+        settled_before=settled_before,
+        live_tail=bool(tail.minutes),
+        tail_cut=tail.cut,
+    )
+
+
+def _bucket_rows(
+    conn: sa.Connection, span: Span, start: datetime, end: datetime
+) -> Iterator[dict[str, Any]]:
+    """The rollup's rows in the range, summed per bucket, queue and type."""
     table = history_hours if span.hourly else history_minutes
     c = table.c
     moment = c.hour if span.hourly else c.minute
     index = _bucket_key(conn, moment, span.step).label("bucket")
-    first = int((start - _EPOCH) // span.step)
     query = (
         sa.select(
             index,
@@ -163,34 +225,5 @@ def read_history(conn: sa.Connection, filters: HistoryFilters, *, now: datetime)
         .where(moment >= start, moment < end)
         .group_by(index, c.queue, c.job_type)
     )
-    count = int(span.length / span.step)
-    sums: list[list[Any]] = [[0, 0, 0, 0, 0.0, None] for _ in range(count)]
-    queues: set[str] = set()
-    job_types: set[str] = set()
     for row in conn.execute(query):
-        queues.add(row.queue)
-        job_types.add(row.job_type)
-        if filters.queue and row.queue != filters.queue:
-            continue
-        if filters.job_type and row.job_type != filters.job_type:
-            continue
-        position = int(row.bucket) - first
-        if not 0 <= position < count:
-            continue
-        into = sums[position]
-        into[0] += int(row.processed or 0)
-        into[1] += int(row.failed or 0)
-        into[2] += int(row.dead or 0)
-        into[3] += int(row.waited or 0)
-        into[4] += float(row.wait_sum or 0.0)
-        if row.wait_max is not None:
-            into[5] = float(row.wait_max) if into[5] is None else max(into[5], float(row.wait_max))
-    return History(
-        span=span,
-        start=start,
-        end=end,
-        buckets=[Bucket(start + span.step * i, *values) for i, values in enumerate(sums)],
-        queues=sorted(queues),
-        job_types=sorted(job_types),
-        settled_before=watermark(conn)[1],
-    )
+        yield dict(row._mapping)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from jobdesk.shared.history.rollup import add_buckets
+from jobdesk.shared.core.models import job_attempts
+from jobdesk.shared.history.rollup import add_buckets, roll_up
 from jobdesk.shared.operator.queries.history import HistoryFilters, read_history
+from tests.factories import make_job
 
 NOW = datetime(2026, 3, 4, 12, 37, 30, tzinfo=UTC)
 
@@ -61,3 +63,35 @@ def test_minutes_fold_into_aligned_buckets_with_filters(engine: sa.Engine) -> No
     assert email.queues == ["email", "reports"], "the choices stay the range's"
     assert report.total("processed") == 5
     assert report.wait_seconds_max == 4.0
+
+
+def test_attempts_past_the_watermark_count_live_and_never_twice(engine: sa.Engine) -> None:
+    """The rollup has counted the first job; the second finished since: both show, and
+    once the rollup takes the second too the totals stay the same."""
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for ago in (timedelta(minutes=10), timedelta(seconds=5)):
+            job_id = make_job(conn, queue="email", job_type="mail.send", status="succeeded")
+            conn.execute(
+                sa.insert(job_attempts).values(
+                    job_id=job_id,
+                    attempt=1,
+                    started_at=now - ago,
+                    finished_at=now - ago,
+                    outcome="succeeded",
+                )
+            )
+    roll_up(engine, now)  # settles the first attempt only (the second is too fresh)
+    with engine.connect() as conn:
+        live = read_history(conn, HistoryFilters(span="1h"), now=now)
+    assert live.total("processed") == 2
+    assert live.live_tail
+    assert not live.tail_cut
+    assert live.queues == ["email"]
+
+    later = now + timedelta(minutes=5)
+    roll_up(engine, later)
+    with engine.connect() as conn:
+        settled = read_history(conn, HistoryFilters(span="1h"), now=later)
+    assert settled.total("processed") == 2
+    assert not settled.live_tail
