@@ -250,7 +250,7 @@ def _response_excerpt(result: HttpResult | None) -> str | None:
 
 
 def _header(result: HttpResult, name: str) -> str | None:
-    return result.headers.get(name) if result.headers is not None else None
+    return result.headers.get(name.lower()) if result.headers is not None else None
 
 
 def _vet(delivery: Delivery) -> VettedTarget:

@@ -30,11 +30,11 @@ import ssl
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import certifi
 import h11
-import httpx
 
 from jobdesk.shared.webhooks.ssrf import VettedTarget
 from jobdesk.worker.loop_resources import on_loop_close
@@ -57,7 +57,8 @@ class HttpResult:
 
     kind: str
     status_code: int | None = None
-    headers: httpx.Headers | None = None
+    #: The response's headers by lower-case name (repeated ones joined with ", ").
+    headers: dict[str, str] | None = None
     body: bytes = b""
     body_truncated: bool = False
     latency_ms: float = 0.0
@@ -68,9 +69,18 @@ class HttpResult:
 Key = tuple[str, str, int, str]
 
 
+def _by_name(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """h11's header list (names already lower-case) as one value per name."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in fields:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """Verification against certifi's CA bundle (what httpx does), built once."""
+    """Verification against certifi's CA bundle (as httpx and requests verify), built once."""
     return ssl.create_default_context(cafile=certifi.where())
 
 
@@ -353,9 +363,7 @@ class _CappedBody:
         return HttpResult(
             "response",
             status_code=self.response.status_code,
-            headers=httpx.Headers(
-                [(name.decode("latin-1"), value.decode("latin-1")) for name, value in fields]
-            ),
+            headers=_by_name(fields),
             body=b"".join(self.chunks)[: self.max_bytes],
             body_truncated=self.truncated,
             latency_ms=self.latency_ms,
