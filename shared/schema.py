@@ -18,6 +18,7 @@ from jobdesk.shared.operator import models as _operator
 from jobdesk.shared.reports import models as _reports
 from jobdesk.shared.retention import models as _retention
 from jobdesk.shared.schedules import models as _schedules
+from jobdesk.shared.secrets import models as _secrets
 from jobdesk.shared.webhooks import models as _webhooks
 
 __all__ = ["metadata"]
@@ -36,5 +37,6 @@ _TABLE_MODULES = (
     _reports,
     _retention,
     _schedules,
+    _secrets,
     _webhooks,
 )

@@ -54,6 +54,8 @@ from jobdesk.shared.core.effects import (
 )
 from jobdesk.shared.core.errors import DatabaseUnavailable, Snooze
 from jobdesk.shared.core.transitions import record_progress
+from jobdesk.shared.secrets.keys import sealer_for
+from jobdesk.shared.secrets.store import open_secrets, sealed_secrets
 from jobdesk.shared.settings import Settings
 from jobdesk.worker import failpoints
 from jobdesk.worker.resilience import DB_ERRORS, retry_db
@@ -127,6 +129,7 @@ class JobContext:
     _outcome_writes: list[OutcomeWrite] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _secrets: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -184,6 +187,24 @@ class JobContext:
                 return record_progress(conn, ref, value)
 
         return self.db_call("ctx.progress", write)
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The job's secrets (`enqueue(..., secrets=…)`), opened with the worker's
+        `JOBDESK_ENCRYPTION_KEYS` on first use; `{}` when it has none. Never log them."""
+        if self._secrets is None:
+
+            def read() -> dict[str, str]:
+                with self.engine.connect() as conn:
+                    return sealed_secrets(conn, self.job_id)
+
+            sealed = self.db_call("reading the job's secrets", read)
+            if not sealed:
+                self._secrets = {}
+            else:
+                sealer = sealer_for(self.settings.encryption_keys)
+                self._secrets = open_secrets(sealed, sealer, self.job_id)
+        return self._secrets
 
     @property
     def ref(self) -> JobRef:
@@ -333,6 +354,12 @@ class JobContext:
     async def progress_async(self, done: int, total: int | None = None, **extra: Any) -> bool:
         """`progress` from a coroutine."""
         return await asyncio.to_thread(self.progress, done, total, **extra)
+
+    async def secrets_async(self) -> dict[str, str]:
+        """`secrets` from a coroutine (the first read goes to the database)."""
+        if self._secrets is not None:
+            return self._secrets
+        return await asyncio.to_thread(lambda: self.secrets)
 
     async def effect_done_async(self, key: str) -> dict[str, Any] | None:
         """`effect_done` from a coroutine."""

@@ -13,6 +13,7 @@ from jobdesk.cli import dashboard_cmds as _dashboard  # noqa: F401  (registers i
 from jobdesk.cli import demo as _demo  # noqa: F401  (registers its commands)
 from jobdesk.cli import endpoints as _endpoints  # noqa: F401  (registers its commands)
 from jobdesk.cli import jobs as _jobs  # noqa: F401  (registers its commands)
+from jobdesk.cli import keys as _keys  # noqa: F401  (registers its commands)
 from jobdesk.cli import queues as _queues  # noqa: F401  (registers its commands)
 from jobdesk.cli import run as _run  # noqa: F401  (registers its commands)
 from jobdesk.cli import schedules as _schedules  # noqa: F401  (registers its commands)

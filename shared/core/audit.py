@@ -54,6 +54,7 @@ class AuditAction(StrEnum):
     SCHEDULE_RUN = "schedule.run"
     QUEUE_PAUSE = "queue.pause"
     QUEUE_RESUME = "queue.resume"
+    SECRET_REVEAL = "secret.reveal"  # noqa: S105 (an action name)
 
 
 class AuditEntry(Base):

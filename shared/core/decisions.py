@@ -52,6 +52,7 @@ from jobdesk.shared.core.states import (
 )
 from jobdesk.shared.core.validation import serialize_payload
 from jobdesk.shared.core.worker_registry import runnable_types
+from jobdesk.shared.secrets.store import copy_secrets
 
 __all__ = [
     "Requeued",
@@ -141,6 +142,7 @@ def requeue_dead(
     wanted = sorted(row.id for row in candidates if row.job_type in runnable)
     resolved = resolve_dead(conn, wanted, resolution, actor=actor, reason=reason, now=now)
     mapping = _copy_as_new(conn, resolved, now)
+    copy_secrets(conn, mapping)  # sealed as they are: a retry needs no key
     if payload is not None and mapping:
         driver(conn).set_payload(conn, list(mapping.values()), serialize_payload(payload))
     _notify(conn, mapping.values())

@@ -24,11 +24,18 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session
 
 from jobdesk.shared.core import validation
-from jobdesk.shared.core.enqueue_sql import NOTIFY_CHANNEL, JobRow, insert_rows
+from jobdesk.shared.core.enqueue_sql import (
+    NOTIFY_CHANNEL,
+    JobRow,
+    insert_rows,
+    insert_rows_telling_new,
+)
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.job_types import FALLBACK_DEFAULTS, TypeDefaults, local_defaults
 from jobdesk.shared.core.payload_checks import refuse_unrunnable
 from jobdesk.shared.core.published_types import published_defaults
+from jobdesk.shared.secrets.keys import Sealer, sealer_for
+from jobdesk.shared.secrets.store import seal_secrets, store_sealed
 from jobdesk.shared.settings import Settings
 
 __all__ = [
@@ -59,6 +66,9 @@ class NewJob:
     idempotency_key: str | None = None
     group_key: str | None = None
     timeout: float | None = None
+    #: Values stored only encrypted (`JOBDESK_ENCRYPTION_KEYS`); handlers read
+    #: `ctx.secrets[name]`.
+    secrets: Mapping[str, str] | None = None
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -72,6 +82,7 @@ class EnqueueOptions(TypedDict, total=False):
     idempotency_key: str | None
     group_key: str | None
     timeout: float | None
+    secrets: Mapping[str, str] | None
     max_payload_bytes: int | None
 
 
@@ -107,6 +118,7 @@ def enqueue(
     idempotency_key: str | None = None,
     group_key: str | None = None,
     timeout: float | None = None,
+    secrets: Mapping[str, str] | None = None,
     max_payload_bytes: int | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
@@ -122,6 +134,10 @@ def enqueue(
     effects ledger, but such retries are not counted by this check.) Under concurrent
     enqueues of one key on PostgreSQL, the later transaction waits for the earlier one
     and then gets its id (or inserts, if the earlier one rolled back).
+
+    Secrets: `secrets={"api_token": …}` are sealed with the first key of
+    `JOBDESK_ENCRYPTION_KEYS` (refused, naming the variable, when it is unset) and
+    stored beside the job; a repeated idempotency key keeps the first job's secrets.
     """
     conn = connection_of(bind)
     spec = NewJob(
@@ -136,7 +152,13 @@ def enqueue(
         timeout,
     )
     row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
-    return insert_rows(conn, [row])[0]
+    if secrets is None:
+        return insert_rows(conn, [row])[0]
+    sealed = seal_secrets(secrets, _configured_sealer)
+    ids, created = insert_rows_telling_new(conn, [row])
+    if ids[0] in created:
+        store_sealed(conn, ids[0], sealed)
+    return ids[0]
 
 
 def enqueue_many(
@@ -155,6 +177,7 @@ def enqueue_many(
     conn = connection_of(bind)
     limit = max_payload_bytes or _configured_payload_limit()
     rows: list[JobRow] = []
+    sealed: dict[int, dict[str, str]] = {}
     previous: tuple[NewJob, _Options] | None = None
     for index, item in enumerate(new_jobs):
         spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index)
@@ -164,9 +187,18 @@ def enqueue_many(
             options = _same_options(spec, previous) or _options_for(conn, spec)
             previous = (spec, options)
             rows.append(_row_for(conn, spec, limit, options))
+            if spec.secrets is not None:
+                sealed[index] = seal_secrets(spec.secrets, _configured_sealer)
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
-    return insert_rows(conn, rows)
+    if not sealed:
+        return insert_rows(conn, rows)
+    ids, created = insert_rows_telling_new(conn, rows)
+    for index, values in sealed.items():
+        if ids[index] in created:
+            store_sealed(conn, ids[index], values)
+            created.discard(ids[index])  # a key repeated in the batch: its first secrets
+    return ids
 
 
 _payload_limit_cache: dict[str | None, int] = {}
@@ -180,6 +212,11 @@ def _configured_payload_limit() -> int:
         settings = Settings.from_env({} if raw is None else {"JOBDESK_MAX_PAYLOAD_BYTES": raw})
         limit = _payload_limit_cache.setdefault(raw, settings.max_payload_bytes)
     return limit
+
+
+def _configured_sealer() -> Sealer:
+    """The sealer of `JOBDESK_ENCRYPTION_KEYS` as the environment says now."""
+    return sealer_for(os.environ.get("JOBDESK_ENCRYPTION_KEYS"))
 
 
 _unknown_types_cache: dict[str | None, str] = {}

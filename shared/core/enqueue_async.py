@@ -34,7 +34,8 @@ async def enqueue_async(
 ) -> int:
     """`enqueue` for an `AsyncSession` / `AsyncConnection`: one job in the caller's
     transaction, its id returned; the same options (`queue`, `priority`, `run_at`,
-    `max_attempts`, `idempotency_key`, `group_key`, `timeout`) and the same errors."""
+    `max_attempts`, `idempotency_key`, `group_key`, `timeout`, `secrets`) and the same
+    errors."""
 
     def write(sync_bind: sa.Connection) -> int:
         return enqueue(sync_bind, job_type, payload, **options)

@@ -36,8 +36,16 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
     A row whose idempotency key is taken (by an earlier job, or earlier in this same
     batch) gets the id of the job that holds the key.
     """
+    return insert_rows_telling_new(conn, rows)[0]
+
+
+def insert_rows_telling_new(
+    conn: sa.Connection, rows: Sequence[JobRow]
+) -> tuple[list[int], set[int]]:
+    """`insert_rows`, and which of the ids are jobs this call created (not the holders
+    of keys that were taken): what is stored beside a job goes only with those."""
     if not rows:
-        return []
+        return [], set()
     fresh: list[JobRow] = []
     first_with_key: dict[str, JobRow] = {}
     for row in rows:
@@ -51,6 +59,7 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
     # other instead of deadlocking (B17). Unkeyed rows keep their order (ids line up).
     fresh += [first_with_key[key] for key in sorted(first_with_key)]
     unkeyed_ids, by_key = _insert(conn, fresh)
+    created = {*unkeyed_ids, *by_key.values()}
     missing = [key for key in first_with_key if key not in by_key]
     for _ in range(_KEY_RETRIES):
         if not missing:
@@ -60,15 +69,18 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
         if retry:
             # Their holder vanished between the conflict and the lookup (pruned or
             # rolled back): the key is free again, so insert them after all.
-            by_key.update(_insert(conn, retry)[1])
+            inserted = _insert(conn, retry)[1]
+            by_key.update(inserted)
+            created.update(inserted.values())
         missing = [key for key in missing if key not in by_key]
     if missing:
         raise RuntimeError(f"idempotency keys kept conflicting without a holder: {missing}")
     unkeyed = iter(unkeyed_ids)
-    return [
+    ids = [
         next(unkeyed) if row.idempotency_key is None else by_key[row.idempotency_key]
         for row in rows
     ]
+    return ids, created
 
 
 def _insert(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int], dict[str, int]]:

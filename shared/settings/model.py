@@ -19,6 +19,7 @@ from typing import Any
 from jobdesk.shared.settings.alerts import AlertConfig
 from jobdesk.shared.settings.parsing import (
     Rate,
+    check_encryption_keys,
     check_host_names,
     check_listen_url,
     check_networks,
@@ -99,6 +100,15 @@ class Settings:
         group=CORE,
         shown_default="the database URL; behind PgBouncer unset means workers poll",
         check=check_listen_url,
+    )
+    encryption_keys: str | None = setting(
+        None,
+        "comma-separated Fernet keys that seal job secrets (`enqueue(..., secrets=…)`): the "
+        "first seals, every one opens; `jobdesk keys generate` makes one, `jobdesk keys "
+        "rotate` seals everything again with the first. The worker needs the same keys",
+        group=CORE,
+        shown_default="— (enqueues with secrets are refused)",
+        check=check_encryption_keys,
     )
     unknown_types: str = setting(
         "allow",
@@ -393,7 +403,7 @@ def settings_reference() -> str:
 
 def settings_rows(settings: Settings) -> list[dict[str, Any]]:
     """Each variable with its value in `settings` (secrets masked), for `jobdesk settings`."""
-    secret = {"JOBDESK_SECRET_KEY", "JOBDESK_METRICS_TOKEN"}
+    secret = {"JOBDESK_SECRET_KEY", "JOBDESK_METRICS_TOKEN", "JOBDESK_ENCRYPTION_KEYS"}
     rows: list[dict[str, Any]] = []
     for entry in entries(Settings):
         value: Any = settings

@@ -155,6 +155,20 @@ def check_host_names(name: str, value: object) -> None:
 _LISTEN_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 
 
+def check_encryption_keys(name: str, value: object) -> None:
+    """Every comma-separated key is a Fernet key (unset is allowed: then enqueues with
+    secrets are refused, naming the variable)."""
+    if value is None:
+        return
+    from jobdesk.shared.secrets.keys import KeysError, parse_keys
+
+    assert isinstance(value, str)
+    try:
+        parse_keys(value, name)
+    except KeysError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def check_listen_url(name: str, value: object) -> None:
     """A PostgreSQL URL: LISTEN exists only there (SQLite workers always poll)."""
     if value is None:
