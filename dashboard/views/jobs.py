@@ -58,6 +58,7 @@ from jobdesk.shared.operator.queries.totals import (
     matching_total,
 )
 from jobdesk.shared.retention.pruning import tombstone
+from jobdesk.shared.secrets.store import secret_names
 
 bp = Blueprint("jobs", __name__)
 
@@ -228,6 +229,7 @@ def detail(job_id: int) -> Any:
                 now=now,
             )
         holds = holds_for_job(conn, job_id, now=now)
+        secrets = secret_names(conn, job_id)
     return render(
         "jobs/detail.html",
         detail=found,
@@ -235,6 +237,7 @@ def detail(job_id: int) -> Any:
         now=now,
         final=found.job["status"] in FINAL,
         holds=holds,
+        secrets=secrets,
     )
 
 

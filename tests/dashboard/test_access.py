@@ -33,6 +33,7 @@ EXPECTED_ROLES = {
     "jobdesk.dead.bulk_preview": "operator",
     "jobdesk.history.index": "viewer",
     "jobdesk.actions.retry": "operator",
+    "jobdesk.secrets.reveal": "admin",
     "jobdesk.actions.ignore": "operator",
     "jobdesk.actions.cancel_job": "operator",
     "jobdesk.actions.cancel_preview": "operator",
