@@ -19,6 +19,7 @@ from jobdesk.shared.reports import models as _reports
 from jobdesk.shared.retention import models as _retention
 from jobdesk.shared.schedules import models as _schedules
 from jobdesk.shared.secrets import models as _secrets
+from jobdesk.shared.tracing import models as _tracing
 from jobdesk.shared.webhooks import models as _webhooks
 
 __all__ = ["metadata"]
@@ -38,5 +39,6 @@ _TABLE_MODULES = (
     _retention,
     _schedules,
     _secrets,
+    _tracing,
     _webhooks,
 )

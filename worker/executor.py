@@ -42,7 +42,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -55,6 +55,8 @@ from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.validation import serialize_document
 from jobdesk.shared.limits.allowance import acquire
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.tracing.otel import Attempted, conclude, consuming, tracing_configured
+from jobdesk.shared.tracing.store import trace_of
 from jobdesk.worker import failpoints
 from jobdesk.worker.context import JobContext, OutcomeWrite
 from jobdesk.worker.registry import JobType
@@ -157,7 +159,13 @@ def execute(
 ) -> Outcome:
     """Run the handler in this thread and classify how it ended (never raises)."""
     ctx.collect_outcome_writes()
-    outcome = _run(job, job_type, ctx, clock)
+    if not tracing_configured():
+        outcome = _run(job, job_type, ctx, clock)
+    else:
+        kept = _kept_trace(ctx, job.id)
+        with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
+            outcome = _run(job, job_type, ctx, clock)
+            _conclude(span, outcome)
     return _with_writes(outcome, ctx)
 
 
@@ -171,8 +179,41 @@ async def execute_async(
     """`execute` for an `async def` handler, awaited on the worker's event loop (never
     raises; a cancellation of its task — the timeout's hard stop — is an outcome too)."""
     ctx.collect_outcome_writes()
-    outcome = await _run_async(job, job_type, ctx, clock)
+    if not tracing_configured():
+        outcome = await _run_async(job, job_type, ctx, clock)
+    else:
+        kept = await asyncio.to_thread(_kept_trace, ctx, job.id)
+        with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
+            outcome = await _run_async(job, job_type, ctx, clock)
+            _conclude(span, outcome)
     return _with_writes(outcome, ctx)
+
+
+# --- OpenTelemetry (only when a tracer provider is configured) ---------------------------
+
+
+def _attempted(job: ClaimedJob) -> Attempted:
+    return Attempted(job.id, job.job_type, job.queue, job.attempt)
+
+
+def _link_after(ctx: JobContext) -> timedelta:
+    return timedelta(seconds=ctx.settings.trace_link_after_seconds)
+
+
+def _kept_trace(ctx: JobContext, job_id: int) -> tuple[str, str | None, datetime] | None:
+    """The trace context kept at enqueue, if any; a database error costs the trace its
+    parent, never the attempt."""
+    try:
+        with ctx.engine.connect() as conn:
+            found = trace_of(conn, job_id)
+    except sa.exc.SQLAlchemyError:
+        return None
+    return None if found is None else (found.traceparent, found.tracestate, found.created_at)
+
+
+def _conclude(span: Any, outcome: Outcome) -> None:
+    error_type = outcome.error.split(":", 1)[0] if outcome.error else None
+    conclude(span, outcome.kind.value, error_type, outcome.error)
 
 
 def _with_writes(outcome: Outcome, ctx: JobContext) -> Outcome:

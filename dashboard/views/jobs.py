@@ -17,6 +17,7 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.forms import request_filters
 from jobdesk.dashboard.htmx import is_htmx, render
 from jobdesk.dashboard.refresh import chosen_refresh
+from jobdesk.dashboard.state import get_state
 from jobdesk.shared.core.document_masking import mask_document_text
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
@@ -59,6 +60,7 @@ from jobdesk.shared.operator.queries.totals import (
 )
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.secrets.store import secret_names
+from jobdesk.shared.tracing.store import trace_of
 
 bp = Blueprint("jobs", __name__)
 
@@ -230,6 +232,7 @@ def detail(job_id: int) -> Any:
             )
         holds = holds_for_job(conn, job_id, now=now)
         secrets = secret_names(conn, job_id)
+        trace = trace_of(conn, job_id)
     return render(
         "jobs/detail.html",
         detail=found,
@@ -238,7 +241,17 @@ def detail(job_id: int) -> Any:
         final=found.job["status"] in FINAL,
         holds=holds,
         secrets=secrets,
+        trace_id=trace.trace_id if trace else None,
+        trace_url=_trace_url(trace.trace_id if trace else None),
     )
+
+
+def _trace_url(trace_id: str | None) -> str | None:
+    """`JOBDESK_TRACE_URL_TEMPLATE` with the job's trace id, when both exist."""
+    template = get_state().settings.trace_url_template
+    if trace_id is None or template is None:
+        return None
+    return template.replace("{trace_id}", trace_id)
 
 
 @bp.get("/jobs/<jobdesk_id:job_id>/<any(payload, result):name>.json")

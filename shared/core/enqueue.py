@@ -37,6 +37,8 @@ from jobdesk.shared.core.published_types import published_defaults
 from jobdesk.shared.secrets.keys import Sealer, sealer_for
 from jobdesk.shared.secrets.store import seal_secrets, store_sealed
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.tracing.otel import producing
+from jobdesk.shared.tracing.store import keep_traces
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -152,13 +154,8 @@ def enqueue(
         timeout,
     )
     row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
-    if secrets is None:
-        return insert_rows(conn, [row])[0]
-    sealed = seal_secrets(secrets, _configured_sealer)
-    ids, created = insert_rows_telling_new(conn, [row])
-    if ids[0] in created:
-        store_sealed(conn, ids[0], sealed)
-    return ids[0]
+    sealed = {} if secrets is None else {0: seal_secrets(secrets, _configured_sealer)}
+    return _insert(conn, [row], sealed)[0]
 
 
 def enqueue_many(
@@ -191,14 +188,31 @@ def enqueue_many(
                 sealed[index] = seal_secrets(spec.secrets, _configured_sealer)
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
-    if not sealed:
-        return insert_rows(conn, rows)
-    ids, created = insert_rows_telling_new(conn, rows)
-    for index, values in sealed.items():
-        if ids[index] in created:
-            store_sealed(conn, ids[index], values)
-            created.discard(ids[index])  # a key repeated in the batch: its first secrets
-    return ids
+    return _insert(conn, rows, sealed)
+
+
+def _insert(
+    conn: sa.Connection, rows: list[JobRow], sealed: dict[int, dict[str, str]]
+) -> list[int]:
+    """Insert the rows; with them, the sealed secrets (by row index) and — inside a
+    trace — the producer span's context, both only for jobs this call created."""
+    if not rows:
+        return []
+    types = {row.job_type for row in rows}
+    job_type = rows[0].job_type if len(types) == 1 else "jobs"
+    with producing(job_type, rows[0].queue, len(rows)) as producer:
+        if not sealed and producer is None:
+            return insert_rows(conn, rows)
+        ids, created = insert_rows_telling_new(conn, rows)
+        if producer is not None:
+            context = (producer.traceparent, producer.tracestate)
+            keep_traces(conn, [(job_id, *context) for job_id in sorted(created)])
+            producer.sent(ids)
+        for index, values in sealed.items():
+            if ids[index] in created:
+                store_sealed(conn, ids[index], values)
+                created.discard(ids[index])  # a key repeated in the batch: its first secrets
+        return ids
 
 
 _payload_limit_cache: dict[str | None, int] = {}

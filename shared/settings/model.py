@@ -23,6 +23,7 @@ from jobdesk.shared.settings.parsing import (
     check_host_names,
     check_listen_url,
     check_networks,
+    check_trace_url_template,
     networks,
 )
 from jobdesk.shared.settings.retention import RetentionPolicy
@@ -117,6 +118,22 @@ class Settings:
         "or `refuse` (a `ValidationError` naming the type)",
         group=CORE,
         choices=("allow", "refuse"),
+    )
+
+    trace_link_after_seconds: float = setting(
+        3600.0,
+        "with OpenTelemetry: an attempt that starts longer than this after its enqueue is "
+        "linked to the enqueue's trace instead of continuing it",
+        group=OBSERVABILITY,
+        minimum=0,
+    )
+    trace_url_template: str | None = setting(
+        None,
+        "with OpenTelemetry: the job page links its trace, e.g. "
+        "`https://tempo.example/trace/{trace_id}`",
+        group=OBSERVABILITY,
+        shown_default="— (no link)",
+        check=check_trace_url_template,
     )
 
     # --- worker

@@ -155,6 +155,18 @@ def check_host_names(name: str, value: object) -> None:
 _LISTEN_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 
 
+def check_trace_url_template(name: str, value: object) -> None:
+    """An http(s) URL with the `{trace_id}` placeholder (pages link it)."""
+    if value is None:
+        return
+    assert isinstance(value, str)
+    if not value.startswith(("https://", "http://")) or "{trace_id}" not in value:
+        raise SettingsError(
+            f"{name}: an http(s) URL with {{trace_id}} where the trace id goes, e.g. "
+            "https://tempo.example/trace/{trace_id}"
+        )
+
+
 def check_encryption_keys(name: str, value: object) -> None:
     """Every comma-separated key is a Fernet key (unset is allowed: then enqueues with
     secrets are refused, naming the variable)."""

@@ -38,6 +38,7 @@ from jobdesk.shared.core.errors import PermanentError, Snooze
 from jobdesk.shared.core.masking import mask_email
 from jobdesk.shared.core.retry import ExponentialBackoff
 from jobdesk.shared.limits.breakers import breaker_state
+from jobdesk.shared.tracing.otel import inject_headers
 from jobdesk.shared.webhooks.deliveries import delivery_origin
 from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
 from jobdesk.worker.jobs.config import JobsConfig, jobs_config
@@ -156,6 +157,10 @@ def build_message(rendered: RenderedEmail, *, sender: str, to: str, msg_id: str)
     message["Message-ID"] = msg_id
     message["Date"] = format_datetime(datetime.now(UTC))
     message["Auto-Submitted"] = "auto-generated"
+    trace: dict[str, str] = {}
+    inject_headers(trace)  # the attempt's trace, for a mail system that follows it
+    if "traceparent" in trace:
+        message["traceparent"] = trace["traceparent"]
     message.set_content(rendered.text)
     if rendered.html is not None:
         message.add_alternative(rendered.html, subtype="html")

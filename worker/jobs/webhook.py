@@ -59,6 +59,7 @@ from jobdesk.shared.core.effects import Reservation, release_effect
 from jobdesk.shared.core.errors import PermanentError, RetryAfter, Snooze
 from jobdesk.shared.core.retry import Schedule
 from jobdesk.shared.limits.breakers import BreakerView
+from jobdesk.shared.tracing.otel import inject_headers
 from jobdesk.shared.webhooks.deliveries import (
     DeliveryOrigin,
     delivery_origin,
@@ -286,9 +287,14 @@ async def deliver_webhook(payload: dict[str, Any], ctx: JobContext) -> dict[str,
     if not isinstance(ready, _Ready):
         return ready  # delivered before: the ledger's record
     delivery = ready.delivery
+    headers = ready.headers
+    trace: dict[str, str] = {}
+    inject_headers(trace)  # `traceparent`: the receiver may continue the attempt's trace
+    if trace:
+        headers = {**headers, **trace}
     result = await post(
         ready.target,
-        ready.headers,
+        headers,
         ready.body,
         connect_timeout=delivery.cfg.webhook_connect_timeout_seconds,
         timeout=delivery.cfg.webhook_timeout_seconds,

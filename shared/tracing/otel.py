@@ -1,0 +1,180 @@
+"""The one module that touches OpenTelemetry, and only once it is asked to: `api()` is
+None — and nothing was imported — when the API is not installed.
+
+Producer side (`producing`): an enqueue made inside a valid span gets a PRODUCER span
+`send <job_type>` whose W3C context (`traceparent`, `tracestate`) is kept beside the new
+jobs. Consumer side (`consuming`): when a real tracer provider is configured, each
+attempt runs under a CONSUMER span `process <job_type>` — a child of the kept context, or
+linked to it when the job waited longer than `JOBDESK_TRACE_LINK_AFTER_SECONDS` (a span
+that starts days after its parent makes the request's trace unreadable). Attributes
+follow the messaging semantic conventions; a failed attempt's span gets an `exception`
+event with the error as Jobdesk records it (masked) and status ERROR.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+from jobdesk.shared.core.masking import mask_text
+
+SYSTEM = "jobdesk"
+TRACER_NAME = "jobdesk"
+#: Outcomes of an attempt that are errors on its span (`executor.Kind` values).
+ERROR_OUTCOMES = frozenset({"failed", "retry_after", "permanent", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    trace: ModuleType
+    propagate: ModuleType
+    context: ModuleType
+
+
+@functools.cache
+def api() -> Api | None:
+    """OpenTelemetry's API modules, imported on first use; None when not installed."""
+    try:
+        from opentelemetry import context, propagate, trace
+    except ImportError:
+        return None
+    return Api(trace, propagate, context)
+
+
+def in_active_span() -> bool:
+    """Whether the caller runs inside a recording or sampled span worth continuing."""
+    found = api()
+    return found is not None and found.trace.get_current_span().get_span_context().is_valid
+
+
+@dataclass(slots=True)
+class Producer:
+    span: Any
+    traceparent: str
+    tracestate: str | None
+
+    def sent(self, job_ids: list[int]) -> None:
+        if len(job_ids) == 1:
+            self.span.set_attribute("messaging.message.id", str(job_ids[0]))
+        else:
+            self.span.set_attribute("messaging.batch.message_count", len(job_ids))
+
+
+@contextmanager
+def producing(job_type: str, queue: str, count: int) -> Iterator[Producer | None]:
+    """A PRODUCER span around an enqueue made inside a span (None outside one)."""
+    found = api()
+    if found is None or not found.trace.get_current_span().get_span_context().is_valid:
+        yield None
+        return
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.destination.name": queue,
+        "jobdesk.job_type": job_type,
+    }
+    tracer = found.trace.get_tracer(TRACER_NAME)
+    kind = found.trace.SpanKind.PRODUCER
+    name = f"send {job_type}" if count == 1 else f"send {job_type} ({count} jobs)"
+    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        carrier: dict[str, str] = {}
+        found.propagate.inject(carrier)
+        parent = carrier.get("traceparent")
+        if parent is None:  # a propagator without W3C trace context: nothing to keep
+            yield None
+            return
+        yield Producer(span, parent, carrier.get("tracestate"))
+
+
+def tracing_configured() -> bool:
+    """A real tracer provider is set (not the API's proxy or no-op): attempts get spans."""
+    found = api()
+    if found is None:
+        return False
+    provider = found.trace.get_tracer_provider()
+    return not isinstance(
+        provider, found.trace.ProxyTracerProvider | found.trace.NoOpTracerProvider
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """What the consumer span says about one attempt."""
+
+    job_id: int
+    job_type: str
+    queue: str
+    attempt: int
+
+
+@contextmanager
+def consuming(
+    attempted: Attempted,
+    kept: tuple[str, str | None, datetime] | None,
+    *,
+    now: datetime,
+    link_after: timedelta,
+) -> Iterator[Any]:
+    """A CONSUMER span `process <job_type>` for one attempt (see the module)."""
+    found = api()
+    assert found is not None
+    trace = found.trace
+    parent: Any = None
+    links: list[Any] = []
+    if kept is not None:
+        carrier: Mapping[str, str] = {"traceparent": kept[0]} | (
+            {"tracestate": kept[1]} if kept[1] else {}
+        )
+        extracted = found.propagate.extract(carrier)
+        if now - kept[2] <= link_after:
+            parent = extracted
+        else:
+            linked = trace.get_current_span(extracted).get_span_context()
+            if linked.is_valid:
+                links.append(trace.Link(linked))
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.destination.name": attempted.queue,
+        "messaging.message.id": str(attempted.job_id),
+        "jobdesk.job_type": attempted.job_type,
+        "jobdesk.attempt": attempted.attempt,
+    }
+    tracer = trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"process {attempted.job_type}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        links=links,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def conclude(span: Any, kind: str, error_type: str | None, error: str | None) -> None:
+    """Write an attempt's outcome on its span: the outcome, and for a failure an
+    `exception` event (the masked error Jobdesk records) and status ERROR."""
+    found = api()
+    assert found is not None
+    span.set_attribute("jobdesk.outcome", kind)
+    if kind in ERROR_OUTCOMES:
+        message = mask_text(error or kind)
+        span.add_event(
+            "exception",
+            {"exception.type": error_type or kind, "exception.message": message},
+        )
+        span.set_status(found.trace.Status(found.trace.StatusCode.ERROR, message[:200]))
+
+
+def inject_headers(headers: dict[str, str]) -> None:
+    """Add `traceparent` (and `tracestate`) of the current span to outgoing headers."""
+    found = api()
+    if found is not None and found.trace.get_current_span().get_span_context().is_valid:
+        found.propagate.inject(headers)

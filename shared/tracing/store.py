@@ -1,0 +1,42 @@
+"""The trace contexts of jobs in the database: kept at enqueue, read per attempt, and the
+trace id a page links to."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+import sqlalchemy as sa
+
+from jobdesk.shared.tracing.models import job_traces
+
+_t = job_traces.c
+
+
+class StoredTrace(NamedTuple):
+    traceparent: str
+    tracestate: str | None
+    created_at: datetime
+
+    @property
+    def trace_id(self) -> str | None:
+        """The 32 hex digits of the trace id, or None for a malformed value."""
+        parts = self.traceparent.split("-")
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
+def keep_traces(conn: sa.Connection, rows: Sequence[tuple[int, str, str | None]]) -> None:
+    """Store (job id, traceparent, tracestate) for new jobs, in the enqueue's transaction."""
+    if rows:
+        conn.execute(
+            sa.insert(job_traces),
+            [{"job_id": j, "traceparent": p, "tracestate": s} for j, p, s in rows],
+        )
+
+
+def trace_of(conn: sa.Connection, job_id: int) -> StoredTrace | None:
+    row = conn.execute(
+        sa.select(_t.traceparent, _t.tracestate, _t.created_at).where(_t.job_id == job_id)
+    ).first()
+    return None if row is None else StoredTrace(row.traceparent, row.tracestate, row.created_at)

@@ -1,0 +1,189 @@
+"""OpenTelemetry traces across the queue: an enqueue inside a span emits a PRODUCER span
+and keeps its context beside the job; the attempt runs under a CONSUMER span in that
+trace (a child, or a link once the job waited too long), failures are errors with the
+masked error; webhooks and emails carry `traceparent`; without OpenTelemetry nothing of
+it is imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util._once import Once
+
+from jobdesk import NewJob, enqueue, enqueue_many
+from jobdesk.shared.settings import Settings
+from jobdesk.shared.tracing.models import job_traces
+from jobdesk.shared.tracing.otel import inject_headers
+from jobdesk.worker.context import JobContext
+from jobdesk.worker.registry import Registry
+from jobdesk.worker.registry import job as job_decorator
+from jobdesk.worker.testing import drain
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """A real SDK provider for this test only (the API allows setting one per process:
+    its guard is reset around the test)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
+
+
+def crm_registry(*, fail: bool = False) -> Registry:
+    reg = Registry()
+
+    @job_decorator("crm.sync", target=reg, queue="crm", max_attempts=1)
+    def sync(payload: dict[str, Any], ctx: JobContext) -> None:
+        if fail:
+            raise ValueError("CRM said 401 for token=abc123secret")
+
+    return reg
+
+
+def by_name(exporter: InMemorySpanExporter) -> dict[str, Any]:
+    return {span.name: span for span in exporter.get_finished_spans()}
+
+
+def test_the_attempt_continues_the_trace_of_the_request_that_enqueued_it(
+    engine: sa.Engine, spans: InMemorySpanExporter
+) -> None:
+    tracer = trace.get_tracer("app")
+    with tracer.start_as_current_span("POST /signup") as request, engine.begin() as conn:
+        job_id = enqueue(conn, "crm.sync", {"account": 42}, queue="crm")
+    with engine.connect() as conn:
+        (kept,) = conn.execute(sa.select(job_traces)).all()
+    assert kept.job_id == job_id
+    assert kept.traceparent.split("-")[1] == f"{request.get_span_context().trace_id:032x}"
+
+    drain(engine, registry=crm_registry(), settings=Settings.from_env())
+    found = by_name(spans)
+    send, process = found["send crm.sync"], found["process crm.sync"]
+    assert send.kind is SpanKind.PRODUCER
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert send.attributes["messaging.system"] == "jobdesk"
+    assert send.attributes["messaging.destination.name"] == "crm"
+    assert send.attributes["messaging.message.id"] == str(job_id)
+    assert process.kind is SpanKind.CONSUMER
+    assert process.context.trace_id == request.get_span_context().trace_id
+    assert process.parent.span_id == send.context.span_id
+    assert dict(process.attributes) == {
+        "messaging.system": "jobdesk",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "crm",
+        "messaging.message.id": str(job_id),
+        "jobdesk.job_type": "crm.sync",
+        "jobdesk.attempt": 1,
+        "jobdesk.outcome": "succeeded",
+    }
+    assert process.status.status_code is StatusCode.UNSET
+
+
+def test_a_failed_attempt_is_an_error_with_the_masked_error(
+    engine: sa.Engine, spans: InMemorySpanExporter
+) -> None:
+    with trace.get_tracer("app").start_as_current_span("cron"), engine.begin() as conn:
+        enqueue(conn, "crm.sync", {}, queue="crm")
+    drain(engine, registry=crm_registry(fail=True), settings=Settings.from_env())
+    process = by_name(spans)["process crm.sync"]
+    assert process.status.status_code is StatusCode.ERROR
+    assert process.attributes["jobdesk.outcome"] == "failed"
+    (event,) = process.events
+    assert event.name == "exception"
+    assert event.attributes["exception.type"] == "ValueError"
+    assert "abc123secret" not in event.attributes["exception.message"]
+    assert "token=***" in event.attributes["exception.message"]
+
+
+def test_outside_a_span_nothing_is_kept_and_the_attempt_starts_a_trace(
+    engine: sa.Engine, spans: InMemorySpanExporter
+) -> None:
+    with engine.begin() as conn:
+        enqueue_many(
+            conn, [NewJob("crm.sync", {}, queue="crm"), NewJob("crm.sync", {}, queue="crm")]
+        )
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(job_traces)).scalar() == 0
+    drain(engine, registry=crm_registry(), settings=Settings.from_env())
+    names = [span.name for span in spans.get_finished_spans()]
+    assert names == ["process crm.sync", "process crm.sync"]
+    assert all(span.parent is None for span in spans.get_finished_spans())
+
+
+def test_a_job_that_waited_too_long_links_to_its_trace_instead(
+    engine: sa.Engine, spans: InMemorySpanExporter
+) -> None:
+    importing = trace.get_tracer("app").start_as_current_span("import")
+    with importing as request, engine.begin() as conn:
+        enqueue_many(conn, [NewJob("crm.sync", {"n": n}, queue="crm") for n in range(3)])
+    settings = replace(Settings.from_env(), trace_link_after_seconds=0)
+    drain(engine, registry=crm_registry(), settings=settings)
+    batch = by_name(spans)["send crm.sync (3 jobs)"]
+    assert batch.attributes["messaging.batch.message_count"] == 3
+    processes = [s for s in spans.get_finished_spans() if s.name == "process crm.sync"]
+    assert len(processes) == 3
+    for process in processes:
+        assert process.parent is None
+        assert process.context.trace_id != request.get_span_context().trace_id
+        (link,) = process.links
+        assert link.context.span_id == batch.context.span_id
+
+
+def test_outgoing_webhooks_and_emails_carry_traceparent(spans: InMemorySpanExporter) -> None:
+    from jobdesk.worker.jobs.email import RenderedEmail, build_message
+
+    headers: dict[str, str] = {}
+    inject_headers(headers)
+    assert headers == {}, "outside a span: nothing"
+    with trace.get_tracer("worker").start_as_current_span("process webhook.deliver") as span:
+        inject_headers(headers)
+        rendered = RenderedEmail("welcome", "1", "Hi", "text", None)
+        mail = build_message(rendered, sender="a@example.com", to="b@example.com", msg_id="<1@x>")
+    trace_id = f"{span.get_span_context().trace_id:032x}"
+    assert headers["traceparent"].split("-")[1] == trace_id
+    assert mail["traceparent"].split("-")[1] == trace_id
+
+
+def test_without_opentelemetry_nothing_of_it_is_imported(tmp_path: Any) -> None:
+    script = f"""
+import sys
+sys.modules["opentelemetry"] = None  # as if it were not installed
+import sqlalchemy as sa
+from jobdesk import enqueue
+from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.migrate import upgrade
+from jobdesk.worker.registry import Registry, job
+from jobdesk.worker.testing import drain
+engine = make_engine("sqlite:///{tmp_path}/plain.db")
+upgrade(engine)
+reg = Registry()
+job("crm.sync", target=reg, queue="crm")(lambda payload, ctx: None)
+with engine.begin() as conn:
+    enqueue(conn, "crm.sync", {{}}, queue="crm")
+assert drain(engine, registry=reg).by_kind == {{"succeeded": 1}}
+loaded = [name for name in sys.modules if name.startswith("opentelemetry.")]
+assert loaded == [], loaded
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
