@@ -208,10 +208,11 @@ def _insert(
             context = (producer.traceparent, producer.tracestate)
             keep_traces(conn, [(job_id, *context) for job_id in sorted(created)])
             producer.sent(ids)
+        kept: dict[int, dict[str, str]] = {}
         for index, values in sealed.items():
-            if ids[index] in created:
-                store_sealed(conn, ids[index], values)
-                created.discard(ids[index])  # a key repeated in the batch: its first secrets
+            if ids[index] in created and ids[index] not in kept:
+                kept[ids[index]] = values  # a key repeated in the batch: its first secrets
+        store_sealed(conn, kept)
         return ids
 
 

@@ -58,12 +58,15 @@ def seal_secrets(secrets: Any, sealer_of: Any, field: str = "secrets") -> dict[s
     return {name: sealer.seal(value) for name, value in checked.items()}
 
 
-def store_sealed(conn: sa.Connection, job_id: int, sealed: Mapping[str, str]) -> None:
-    if sealed:
-        conn.execute(
-            sa.insert(job_secrets),
-            [{"job_id": job_id, "name": name, "sealed": value} for name, value in sealed.items()],
-        )
+def store_sealed(conn: sa.Connection, by_job: Mapping[int, Mapping[str, str]]) -> None:
+    """Store sealed secrets (job id -> name -> sealed value) in one executemany."""
+    rows = [
+        {"job_id": job_id, "name": name, "sealed": value}
+        for job_id, sealed in by_job.items()
+        for name, value in sealed.items()
+    ]
+    if rows:
+        conn.execute(sa.insert(job_secrets), rows)
 
 
 def secret_names(conn: sa.Connection, job_id: int) -> list[str]:

@@ -170,7 +170,8 @@ def conclude(span: Any, kind: str, error_type: str | None, error: str | None) ->
             "exception",
             {"exception.type": error_type or kind, "exception.message": message},
         )
-        span.set_status(found.trace.Status(found.trace.StatusCode.ERROR, message[:200]))
+        first_line = message.split("\n", 1)[0][:200]
+        span.set_status(found.trace.Status(found.trace.StatusCode.ERROR, first_line))
 
 
 def inject_headers(headers: dict[str, str]) -> None:

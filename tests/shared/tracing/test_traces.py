@@ -15,11 +15,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util._once import Once
 
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.shared.settings import Settings
@@ -29,23 +26,13 @@ from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import job as job_decorator
 from jobdesk.worker.testing import drain
+from tests.otel_sdk import in_memory_spans
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """A real SDK provider for this test only (the API allows setting one per process:
-    its guard is reset around the test)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace.set_tracer_provider(provider)
-    try:
+    with in_memory_spans() as exporter:
         yield exporter
-    finally:
-        provider.shutdown()
-        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
 
 
 def crm_registry(*, fail: bool = False) -> Registry:

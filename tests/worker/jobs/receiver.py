@@ -47,6 +47,7 @@ class Seen:
     verified: bool
     body: bytes
     host: str = ""
+    traceparent: str = ""
 
 
 class Receiver(LocalPostServer):
@@ -92,6 +93,7 @@ class Receiver(LocalPostServer):
                     verified,
                     body,
                     headers.get("host", ""),
+                    headers.get("traceparent", ""),
                 )
             )
             self.deliveries[msg_id] += 1
