@@ -124,11 +124,22 @@ def reseal_batch(
             sa.or_(_s.job_id > job_id, sa.and_(_s.job_id == job_id, _s.name > name))
         )
     rows = list(conn.execute(query))
-    for row in rows:
+    if rows:
+        # One executemany: the driver sends the batch's updates together.
         conn.execute(
             sa.update(job_secrets)
-            .where(_s.job_id == row.job_id, _s.name == row.name)
-            .values(sealed=sealer.reseal(row.sealed, f"secret {row.name!r} of job {row.job_id}"))
+            .where(_s.job_id == sa.bindparam("b_job_id"), _s.name == sa.bindparam("b_name"))
+            .values(sealed=sa.bindparam("b_sealed")),
+            [
+                {
+                    "b_job_id": row.job_id,
+                    "b_name": row.name,
+                    "b_sealed": sealer.reseal(
+                        row.sealed, f"secret {row.name!r} of job {row.job_id}"
+                    ),
+                }
+                for row in rows
+            ],
         )
     last = (int(rows[-1].job_id), str(rows[-1].name)) if len(rows) == limit else None
     return RotateBatch(len(rows), last)

@@ -1,0 +1,60 @@
+"""`jobdesk keys rotate` while two workers run the jobs whose secrets it seals again:
+every job that ran read its own value (none failed), and afterwards the new key alone
+opens every stored secret (10,000 jobs on PostgreSQL, 2,000 on SQLite)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+
+from jobdesk import NewJob, enqueue_many
+from jobdesk.shared.secrets.keys import sealer_for
+from jobdesk.shared.secrets.models import job_secrets
+from tests.worker.procs import JOBDESK, Workers, statuses
+
+pytestmark = pytest.mark.slow
+
+OLD, NEW = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+JOBS = {"postgresql": 10_000, "sqlite": 2_000}
+
+
+def test_rotation_under_running_workers(
+    engine: sa.Engine, db_url: str, backend: str, procs: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    total = JOBS[backend]
+    monkeypatch.setenv("JOBDESK_ENCRYPTION_KEYS", OLD)
+    for start in range(0, total, 1000):
+        batch = [
+            NewJob("t.secret_check", {"expect": f"t{n}"}, queue="secrets",
+                   secrets={"token": f"t{n}"})
+            for n in range(start, start + 1000)
+        ]  # fmt: skip
+        with engine.begin() as conn:
+            enqueue_many(conn, batch)
+    both = f"{NEW},{OLD}"
+    for _ in range(2):
+        procs.start(
+            "--jobs", "tests.worker.jobmods.secretive", env={"JOBDESK_ENCRYPTION_KEYS": both}
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
+    env |= {"JOBDESK_DATABASE_URL": db_url, "JOBDESK_ENCRYPTION_KEYS": both}
+    rotated = subprocess.run(
+        [str(JOBDESK), "keys", "rotate", "--batch", "500"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert rotated.returncode == 0, rotated.stderr
+    assert rotated.stdout.strip() == f"{total:,} secrets sealed with the first key"
+    procs.cleanup()  # the workers ran all through the rotation
+    ran = statuses(engine)
+    assert set(ran) <= {"queued", "running", "succeeded"}, ran
+    assert ran.get("succeeded", 0) > 0
+    only_new = sealer_for(NEW)
+    with engine.connect() as conn:
+        sealed = list(conn.execute(sa.select(job_secrets.c.job_id, job_secrets.c.sealed)))
+    assert len(sealed) == total
+    for job_id, value in sealed:
+        only_new.open(value, f"job {job_id}")
