@@ -6,8 +6,9 @@ Measured in the same run, on PostgreSQL and SQLite:
     (`bench_users`): latency p50/p99 per committed transaction. Baseline: a raw psycopg /
     sqlite3 connection doing the same transaction by hand (app row + the documented
     plain-SQL job INSERT ... RETURNING id, and `pg_notify` on PostgreSQL, as enqueue does).
-    Measured for a type registered in the process (`email.send`) and for one only a
-    worker published (`bench.published`, defaults from the per-process cache).
+    Measured for a type registered in the process (`email.send`), for one only a
+    worker published (`bench.published`, defaults from the per-process cache), and with
+    one `secrets=` value (sealed with Fernet, stored beside the job).
 (b) bulk `enqueue_many`: jobs/s for small payloads in batches, one transaction per batch.
     Baselines: one raw multi-row `INSERT ... VALUES (...), (...)` per batch (the issue's
     target: >= 50 % of it) and raw psycopg / sqlite3 `executemany` of the same rows
@@ -38,6 +39,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.shared.core.db import make_engine
@@ -133,16 +135,22 @@ class Backend:
 
 
 def single_jobdesk(
-    backend: Backend, start: int, count: int, job_type: str = "email.send"
+    backend: Backend,
+    start: int,
+    count: int,
+    job_type: str = "email.send",
+    *,
+    with_secret: bool = False,
 ) -> list[float]:
     users = sa.table("bench_users", sa.column("email"))
     samples = []
     with backend.engine.connect() as conn:
         for n in range(start, start + count):
             began = time.perf_counter()
+            secrets = {"api_token": f"tok-{n:08d}-0123456789abcdef"} if with_secret else None
             with conn.begin():
                 conn.execute(users.insert().values(email=f"user{n}@example.com"))
-                enqueue(conn, job_type, payload(n), idempotency_key=f"welcome:{n}")
+                enqueue(conn, job_type, payload(n), idempotency_key=f"welcome:{n}", secrets=secrets)
             samples.append(time.perf_counter() - began)
     return samples
 
@@ -251,6 +259,7 @@ def run_backend(backend: Backend, args: argparse.Namespace) -> list[tuple[str, .
     # (a) alternate rounds; the first 10 % of each round warm caches and are dropped.
     mine: list[float] = []
     published: list[float] = []
+    sealed: list[float] = []
     raw: list[float] = []
     backend.reset()
     assert PUBLISHED_TYPE not in known_types()
@@ -264,13 +273,15 @@ def run_backend(backend: Backend, args: argparse.Namespace) -> list[tuple[str, .
     per_round = args.singles // ROUNDS
     warm = per_round // 10
     for r in range(ROUNDS):
-        base = r * per_round * 3
+        base = r * per_round * 4
         mine += single_jobdesk(backend, base, per_round)[warm:]
         published += single_jobdesk(backend, base + per_round, per_round, PUBLISHED_TYPE)[warm:]
-        raw += single_raw(backend, base + 2 * per_round, per_round)[warm:]
+        sealed += single_jobdesk(backend, base + 2 * per_round, per_round, with_secret=True)[warm:]
+        raw += single_raw(backend, base + 3 * per_round, per_round)[warm:]
     for label, samples in (
         ("jobdesk enqueue", mine),
         ("jobdesk enqueue, published type", published),
+        ("jobdesk enqueue with secrets=", sealed),
         ("raw baseline", raw),
     ):
         rows.append(
@@ -287,6 +298,10 @@ def run_backend(backend: Backend, args: argparse.Namespace) -> list[tuple[str, .
     added = statistics.median(published) - statistics.median(raw)
     rows.append(
         (backend.name, "single, published type: added p50", f"{added * 1000:+.3f} ms", "", "")
+    )
+    added = statistics.median(sealed) - statistics.median(mine)
+    rows.append(
+        (backend.name, "secrets= vs plain enqueue: added p50", f"{added * 1000:+.3f} ms", "", "")
     )
 
     # (b) bulk: alternate, keep the best round of each.
@@ -338,6 +353,8 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=3_000, help="single enqueues in all")
     parser.add_argument("--only", choices=("postgresql", "sqlite"))
     args = parser.parse_args()
+    # The `secrets=` rounds seal with a key of this run's own.
+    os.environ.setdefault("JOBDESK_ENCRYPTION_KEYS", Fernet.generate_key().decode())
     rows: list[tuple[str, ...]] = []
     if args.only != "sqlite":
         backend = Backend("postgresql", pg_url())
