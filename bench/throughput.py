@@ -194,10 +194,11 @@ def run_worker(
     n: int,
     worker_args: Sequence[str],
     extra_env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> Measured:
     """One `jobdesk worker` drains the backlog; jobs/s by the database's timestamps."""
     proc = subprocess.Popen(
-        [str(JOBDESK), *WORKER_COMMAND, *worker_args],
+        [*prefix, str(JOBDESK), *WORKER_COMMAND, *worker_args],
         cwd=HERE,
         env=worker_env(url) | (extra_env or {}),
     )
@@ -431,6 +432,45 @@ def async_handlers(server: str, n: int, count: int, worker_args: Sequence[str]) 
     engine.dispose()
 
 
+#: `opentelemetry-instrument` sets the SDK up from these: a tracer provider that records
+#: every span and exports none (the cost of the instrumentation, not of an exporter).
+TRACED_ENV = {
+    "OTEL_TRACES_EXPORTER": "none",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+    "OTEL_SERVICE_NAME": "jobdesk-bench",
+}
+
+
+def traced(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
+    """The default worker with and without an OpenTelemetry SDK (every attempt a span)."""
+    url = fresh_postgres(server)
+    engine = make_engine(url, settings=Settings())
+    instrument = [str(JOBDESK.with_name("opentelemetry-instrument"))]
+
+    def plain(size: int) -> Measured:
+        reset_and_fill(engine, size)
+        return run_worker(url, engine, size, worker_args)
+
+    def with_sdk(size: int) -> Measured:
+        reset_and_fill(engine, size)
+        return run_worker(url, engine, size, worker_args, TRACED_ENV, instrument)
+
+    results = rounds({"untraced": plain, "OTel SDK": with_sdk}, n, count)
+    for name, got in results.items():
+        rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
+        print(f"  {name:<10} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
+    ratios = [
+        t.rate / u.rate for t, u in zip(results["OTel SDK"], results["untraced"], strict=True)
+    ]
+    print(
+        f"traced / untraced: {median(ratios):.2f} median of rounds "
+        f"({', '.join(f'{r:.2f}' for r in ratios)})",
+        flush=True,
+    )
+    engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[20_000, 100_000])
@@ -457,6 +497,12 @@ def main() -> None:
         "50 ms, drained by the same default worker (first --jobs size)",
     )
     parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="PostgreSQL: the default worker untraced vs under opentelemetry-instrument "
+        "(SDK, every attempt a span, no exporter), first --jobs size",
+    )
+    parser.add_argument(
         "--database",
         default=PG_DATABASE,
         help="name of the bench database (dropped and re-created; default %(default)s) — "
@@ -470,6 +516,9 @@ def main() -> None:
         sys.exit(ci_guard(server, worker_args, args.database))
     if args.async_handlers:
         async_handlers(server, args.jobs[0], args.rounds, worker_args)
+        return
+    if args.otel:
+        traced(server, args.jobs[0], args.rounds, worker_args)
         return
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:

@@ -99,6 +99,11 @@ class JobLogger(logging.LoggerAdapter[logging.Logger]):
         return msg, kwargs
 
 
+#: `JobContext.kept_trace` before anyone looked: `drain()` reads it per attempt, a worker
+#: with tracing on reads its claimed batch's at once (`executor.attach_traces`).
+UNREAD: Any = object()
+
+
 @dataclass
 class JobContext:
     """Per-attempt context handed to `handler(payload, ctx)`."""
@@ -130,6 +135,9 @@ class JobContext:
         default=None, init=False, repr=False, compare=False
     )
     _secrets: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    kept_trace: Any = field(default=UNREAD, init=False, repr=False, compare=False)
+    """With tracing on: the trace context kept at enqueue, read with the claimed batch
+    (`UNREAD` until then; None: the job has none)."""
 
     @property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:

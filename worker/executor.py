@@ -56,9 +56,9 @@ from jobdesk.shared.core.validation import serialize_document
 from jobdesk.shared.limits.allowance import acquire
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.tracing.otel import Attempted, conclude, consuming, tracing_configured
-from jobdesk.shared.tracing.store import trace_of
+from jobdesk.shared.tracing.store import trace_of, traces_of
 from jobdesk.worker import failpoints
-from jobdesk.worker.context import JobContext, OutcomeWrite
+from jobdesk.worker.context import UNREAD, JobContext, OutcomeWrite
 from jobdesk.worker.registry import JobType
 
 #: Frames of traceback kept after the "Type: message" line of a failed attempt.
@@ -162,7 +162,7 @@ def execute(
     if not tracing_configured():
         outcome = _run(job, job_type, ctx, clock)
     else:
-        kept = _kept_trace(ctx, job.id)
+        kept = _kept_trace(ctx, job.id) if ctx.kept_trace is UNREAD else ctx.kept_trace
         with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
             outcome = _run(job, job_type, ctx, clock)
             _conclude(span, outcome)
@@ -182,7 +182,9 @@ async def execute_async(
     if not tracing_configured():
         outcome = await _run_async(job, job_type, ctx, clock)
     else:
-        kept = await asyncio.to_thread(_kept_trace, ctx, job.id)
+        kept = ctx.kept_trace
+        if kept is UNREAD:
+            kept = await asyncio.to_thread(_kept_trace, ctx, job.id)
         with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
             outcome = await _run_async(job, job_type, ctx, clock)
             _conclude(span, outcome)
@@ -190,6 +192,16 @@ async def execute_async(
 
 
 # --- OpenTelemetry (only when a tracer provider is configured) ---------------------------
+
+
+def attach_traces(conn: sa.Connection, attempts: list[Attempt]) -> None:
+    """Give each attempt the trace context kept at its enqueue: one query for the batch."""
+    found = traces_of(conn, [attempt.job.id for attempt in attempts])
+    for attempt in attempts:
+        kept = found.get(attempt.job.id)
+        attempt.ctx.kept_trace = (
+            None if kept is None else (kept.traceparent, kept.tracestate, kept.created_at)
+        )
 
 
 def _attempted(job: ClaimedJob) -> Attempted:

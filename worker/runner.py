@@ -62,11 +62,19 @@ from jobdesk.shared.core.worker_registry import (
     register_worker,
 )
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.tracing.otel import tracing_configured
 from jobdesk.worker import failpoints
 from jobdesk.worker.async_pool import AsyncPool
 from jobdesk.worker.completer import Completer, RecordOutcome
 from jobdesk.worker.config import WorkerConfig
-from jobdesk.worker.executor import Attempt, Outcome, execute, execute_async, make_attempt
+from jobdesk.worker.executor import (
+    Attempt,
+    Outcome,
+    attach_traces,
+    execute,
+    execute_async,
+    make_attempt,
+)
 from jobdesk.worker.heartbeat import Heartbeat
 from jobdesk.worker.lanes import Lane, lanes_for
 from jobdesk.worker.listener import Listener
@@ -502,6 +510,12 @@ class Runner:
             job_type = get_type(job.job_type)
             assert job_type is not None  # claim only takes registered types
             attempts.append(make_attempt(job, job_type, engine, self.settings))
+        if tracing_configured():
+            try:
+                with self._claim_conn.begin() as conn:
+                    attach_traces(conn, attempts)
+            except DB_ERRORS:
+                pass  # each attempt looks for its own context instead (or runs without)
         with self._held_lock:
             for attempt in attempts:
                 self._held[attempt.job.id] = attempt

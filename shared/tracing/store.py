@@ -40,3 +40,17 @@ def trace_of(conn: sa.Connection, job_id: int) -> StoredTrace | None:
         sa.select(_t.traceparent, _t.tracestate, _t.created_at).where(_t.job_id == job_id)
     ).first()
     return None if row is None else StoredTrace(row.traceparent, row.tracestate, row.created_at)
+
+
+def traces_of(conn: sa.Connection, job_ids: Sequence[int]) -> dict[int, StoredTrace]:
+    """The kept contexts of many jobs in one query (a worker's claimed batch)."""
+    if not job_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(_t.job_id, _t.traceparent, _t.tracestate, _t.created_at).where(
+            _t.job_id.in_(list(job_ids))
+        )
+    )
+    return {
+        row.job_id: StoredTrace(row.traceparent, row.tracestate, row.created_at) for row in rows
+    }
