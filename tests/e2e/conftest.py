@@ -295,7 +295,11 @@ def screenshot_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def live_server(db_url: str, engine: sa.Engine) -> Iterator[tuple[str, Seeded]]:
     seeded = seed(engine)
-    app = create_app(replace(Settings(), database_url=db_url, secret_key=SECRET))
+    # Job secrets open with the keys the test's environment sets (none: unset).
+    keys = os.environ.get("JOBDESK_ENCRYPTION_KEYS")
+    app = create_app(
+        replace(Settings(), database_url=db_url, secret_key=SECRET, encryption_keys=keys)
+    )
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
