@@ -3,11 +3,13 @@ detail (attempts, lineage, group lane, deliveries, audit), dead-letter groups.""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
+from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.webhooks.models import webhook_deliveries
 from tests.dashboard.conftest import NOW, Browser, dead_job
@@ -45,6 +47,22 @@ def test_overview_counts_ages_trend_and_fragment(viewer: Browser, engine: sa.Eng
         "/", headers={"HX-Request": "true", "HX-Boosted": "true"}
     ).get_data(as_text=True)
     assert viewer.get("/?refresh=1").status_code == 400
+
+
+def test_overview_alerts_say_when_they_opened_and_when_they_were_last_seen(
+    viewer: Browser, engine: sa.Engine
+) -> None:
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(alerts).values(
+                rule="stuck_queue", subject="queue:email", message="queue email is stuck",
+                opened_at=now - timedelta(minutes=7), last_seen_at=now - timedelta(seconds=20),
+            )
+        )  # fmt: skip
+    html = viewer.get("/").get_data(as_text=True)
+    text = re.sub(r"<[^>]+>", "", html.split("<h2>Open alerts")[1].split("</section>")[0])
+    assert re.search(r"queue email is stuck\s+opened 7 min ago · last seen 2\d s ago", text)
 
 
 def test_jobs_list_filters_and_keyset_pages(viewer: Browser, engine: sa.Engine) -> None:
