@@ -226,6 +226,24 @@ def test_job_detail_tells_the_whole_story(viewer: Browser, engine: sa.Engine) ->
     assert viewer.get("/jobs/abc").status_code == 404
 
 
+def test_a_long_key_wraps_only_between_its_parts(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        job_id = make_job(
+            conn,
+            job_type="email.send",
+            idempotency_key="welcome_email:user:42:event:user.created",
+            group_key="crm:user:42<b>&amp;:tenant_eu/west:region",
+        )
+    html = viewer.get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "welcome_<wbr>email:<wbr>user:<wbr>42:<wbr>event:<wbr>user.<wbr>created</a>" in html
+    assert (
+        "crm:<wbr>user:<wbr>42&lt;b&gt;&amp;amp;:<wbr>tenant_<wbr>eu/<wbr>west:<wbr>region" in html
+    )
+    assert "<b>" not in html
+    # A name that fits on a line stays exactly as it is.
+    assert f'Job #{job_id} · <span class="ident">email.send</span>' in html
+
+
 def test_status_badge_stops_polling_when_final(viewer: Browser, engine: sa.Engine) -> None:
     with engine.begin() as conn:
         queued = make_job(conn, job_type="email.send")
