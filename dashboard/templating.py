@@ -1,7 +1,7 @@
 """Jinja filters and globals: times (in the viewer's zone, `viewer_zone.py`), durations,
 counts, masking and making invisible characters visible. Nothing here marks job data as
-safe HTML — autoescape does its job on every value, and these filters only return plain
-text."""
+safe HTML — autoescape does its job on every value, and these filters return plain text;
+the one exception, `breakable`, escapes the text itself and adds nothing but `<wbr>`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, request, url_for
+from markupsafe import Markup, escape
 
 from jobdesk.dashboard import auth, csrf
 from jobdesk.dashboard.charts import Chart, dead_trend_chart
@@ -92,6 +93,25 @@ def jobs_sharing(job: Mapping[str, Any], kind: str) -> str:
     if not isinstance(value, str) or viewer_mask(value) != value:
         args = {by_reference: job["id"]}
     return url_for("jobdesk.jobs.index", **args)
+
+
+#: Identifiers up to this long are left whole: they fit on a phone's line in the cells
+#: that show them (a card's full width), and the page's text stays exactly the name.
+BREAKABLE_AFTER_CHARS = 32
+#: Where a longer identifier may wrap: after a dot, colon, underscore or slash, the
+#: places a reader expects (`webhook:user:201:event:user.created`, `report.nightly`).
+_IDENTIFIER_BREAKS = re.compile(r"(?<=[.:_/])(?=[^.:_/])")
+
+
+def breakable(text: object) -> str:
+    """An identifier (queue, job type, key, worker id, URL) that may wrap only between
+    its parts: escaped, with `<wbr>` after each `.`, `:`, `_` and `/` when it is longer
+    than `BREAKABLE_AFTER_CHARS`. The CSS (`.ident`) never breaks inside a word, so a
+    name is never shown as "repor|ts"."""
+    value = "" if text is None else str(text)
+    if len(value) <= BREAKABLE_AFTER_CHARS:
+        return value
+    return Markup("<wbr>").join(escape(part) for part in _IDENTIFIER_BREAKS.split(value))
 
 
 def pretty_json(value: Any) -> str:
@@ -208,6 +228,7 @@ def install(app: Flask) -> None:
     app.jinja_env.filters.update(
         visible=visible_controls,
         viewer_mask=viewer_mask,
+        breakable=breakable,
         error_text=error_text,
         pretty_json=pretty_json,
         ago=ago,

@@ -14,7 +14,7 @@ from flask import Blueprint, request
 from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.charts import Chart, bar_chart
 from jobdesk.dashboard.htmx import render
-from jobdesk.dashboard.templating import duration, number, zone_abbreviation
+from jobdesk.dashboard.templating import duration, number, plural, zone_abbreviation
 from jobdesk.dashboard.viewer_zone import viewer_zone
 from jobdesk.shared.history.rollup import SETTLE
 from jobdesk.shared.operator.models import Role
@@ -75,15 +75,15 @@ def _charts(found: History) -> list[Chart]:
         "x_title": f"Time ({named}), one bar per {step}",
     }
 
-    def counted(field: str, caption: str, verb: str, css: str) -> Chart:
+    def counted(field: str, caption: str, unit: str, verb: str, css: str) -> Chart:
         total, peak = found.total(field), int(found.peak(field))
         return bar_chart(
             found.buckets,
             lambda b: getattr(b, field),
-            caption=f"{caption} (jobs per {step})",
+            caption=f"{caption} (per {step})",
             summary=f"{caption} per {step} over the last {span.name}: {total:,} in all, "
             f"at most {peak:,} in one {step}",
-            describe=lambda b: f"{when(b.start)}: {getattr(b, field):,} {verb}",
+            describe=lambda b: f"{when(b.start)}: {plural(getattr(b, field), unit)} {verb}",
             tick=_count,
             css=css,
             **common,
@@ -98,9 +98,9 @@ def _charts(found: History) -> list[Chart]:
         )
 
     return [
-        counted("processed", "Processed", "succeeded", "processed"),
-        counted("failed", "Failed attempts", "failed", "failed"),
-        counted("dead", "Went dead", "went dead", "dead"),
+        counted("processed", "Attempts succeeded", "attempt", "succeeded", "processed"),
+        counted("failed", "Attempts failed", "attempt", "failed", "failed"),
+        counted("dead", "Jobs that went dead", "job", "went dead", "dead"),
         bar_chart(
             found.buckets,
             lambda b: b.wait_seconds_mean,

@@ -95,10 +95,13 @@ def test_ranges_have_their_buckets_axes_and_text_alternatives(
     seeded(engine)
     day = viewer.get("/history").get_data(as_text=True)
     assert bars(day) == 96, "24 h in quarter hours"
-    assert "Processed (jobs per 15 minutes)" in day
+    assert "Attempts succeeded (per 15 minutes)" in day
     assert "Time (UTC), one bar per 15 minutes" in day
-    assert 'role="img" aria-label="Processed per 15 minutes over the last 24h: 2 in all' in day
-    assert "Went dead per 15 minutes over the last 24h: 1 in all" in day
+    assert (
+        'role="img" aria-label="Attempts succeeded per 15 minutes over the last 24h: 2 in all'
+        in day
+    )
+    assert "Jobs that went dead per 15 minutes over the last 24h: 1 in all" in day
     assert 'aria-label="Queue wait per 15 minutes over the last 24h: mean 3 s, longest 4 s"' in day
     assert '<span class="tick-top">2</span><span class="tick-mid">1</span>' in day
     assert "webhook.deliver" not in day, "3 days ago is outside 24 h"
@@ -119,9 +122,9 @@ def test_queue_and_type_filters_narrow_the_charts(viewer: Browser, engine: sa.En
     seeded(engine)
     page = viewer.get("/history?range=7d&queue=reports").get_data(as_text=True)
     assert '<option value="reports" selected>reports</option>' in page
-    assert "0 attempts succeeded, 1 failed, 1 went dead" in page
+    assert "0 attempts succeeded, 1 attempt failed, 1 job went dead" in page
     typed = viewer.get("/history?range=7d&type=email.send").get_data(as_text=True)
-    assert "2 attempts succeeded, 0 failed" in typed
+    assert "2 attempts succeeded, 0 attempts failed" in typed
     nothing = viewer.get("/history?queue=nowhere").get_data(as_text=True)
     assert "Nothing finished in the last 24h for this queue and type." in nothing
     assert '<option value="nowhere" selected>nowhere</option>' in nothing
@@ -153,5 +156,5 @@ def test_times_are_on_the_viewers_clock(viewer: Browser, engine: sa.Engine) -> N
     assert labels
     # One-minute buckets start on UTC minutes, which are whole minutes in India too.
     assert all(re.fullmatch(r"\d\d:\d\d", label) for label in labels)
-    assert re.search(r"<title>\d\d:\d\d IST: 0 succeeded</title>", charts)
+    assert re.search(r"<title>\d\d:\d\d IST: 0 attempts succeeded</title>", charts)
     assert "times in IST" in charts

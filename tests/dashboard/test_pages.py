@@ -3,11 +3,13 @@ detail (attempts, lineage, group lane, deliveries, audit), dead-letter groups.""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
+from jobdesk.shared.alerts.models import alerts
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.webhooks.models import webhook_deliveries
 from tests.dashboard.conftest import NOW, Browser, dead_job
@@ -45,6 +47,22 @@ def test_overview_counts_ages_trend_and_fragment(viewer: Browser, engine: sa.Eng
         "/", headers={"HX-Request": "true", "HX-Boosted": "true"}
     ).get_data(as_text=True)
     assert viewer.get("/?refresh=1").status_code == 400
+
+
+def test_overview_alerts_say_when_they_opened_and_when_they_were_last_seen(
+    viewer: Browser, engine: sa.Engine
+) -> None:
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(alerts).values(
+                rule="stuck_queue", subject="queue:email", message="queue email is stuck",
+                opened_at=now - timedelta(minutes=7), last_seen_at=now - timedelta(seconds=20),
+            )
+        )  # fmt: skip
+    html = viewer.get("/").get_data(as_text=True)
+    text = re.sub(r"<[^>]+>", "", html.split("<h2>Open alerts")[1].split("</section>")[0])
+    assert re.search(r"queue email is stuck\s+opened 7 min ago · last seen 2\d s ago", text)
 
 
 def test_jobs_list_filters_and_keyset_pages(viewer: Browser, engine: sa.Engine) -> None:
@@ -206,6 +224,24 @@ def test_job_detail_tells_the_whole_story(viewer: Browser, engine: sa.Engine) ->
     assert f'the group is blocked by <a href="/jobs/{child}">job #{child}</a>' in waiting_page
     assert viewer.get("/jobs/999999").status_code == 404
     assert viewer.get("/jobs/abc").status_code == 404
+
+
+def test_a_long_key_wraps_only_between_its_parts(viewer: Browser, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        job_id = make_job(
+            conn,
+            job_type="email.send",
+            idempotency_key="welcome_email:user:42:event:user.created",
+            group_key="crm:user:42<b>&amp;:tenant_eu/west:region",
+        )
+    html = viewer.get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "welcome_<wbr>email:<wbr>user:<wbr>42:<wbr>event:<wbr>user.<wbr>created</a>" in html
+    assert (
+        "crm:<wbr>user:<wbr>42&lt;b&gt;&amp;amp;:<wbr>tenant_<wbr>eu/<wbr>west:<wbr>region" in html
+    )
+    assert "<b>" not in html
+    # A name that fits on a line stays exactly as it is.
+    assert f'Job #{job_id} · <span class="ident">email.send</span>' in html
 
 
 def test_status_badge_stops_polling_when_final(viewer: Browser, engine: sa.Engine) -> None:

@@ -39,8 +39,8 @@ def test_queues_show_counts_oldest_waiting_and_recent_outcomes(
     row = text.split('id="queue-webhooks"')[1].split("</tr>")[0]
     assert "/jobs?queue=webhooks&amp;status=queued" in row
     assert ">3</a>" in row
-    assert "5 min: 1 succeeded, 0 failed" in row
-    assert "60 min: 1 succeeded," in row
+    assert "5 min: 1 attempt succeeded, 0 failed" in row
+    assert "60 min: 1 attempt succeeded," in row
     assert "1 failed" in row
     assert "no live worker" in row
     assert 'id="queue-email"' in text

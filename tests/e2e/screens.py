@@ -1,6 +1,7 @@
 """The four screens every page must work on — a 390 px phone and a 1366 px laptop, each
 in light and dark — and the checks run on them: axe-core (vendored, no download) with no
-serious or critical finding, and nothing scrolling sideways.
+serious or critical finding, nothing scrolling sideways (neither the page nor, for an
+action or an error, any element inside it), and no word broken across two lines.
 
 Shared by the page tour (test_every_page.py) and the demo story (test_demo_story.py).
 """
@@ -94,8 +95,140 @@ def sideways_overflow(page: Any) -> list[str]:
     )
 
 
+#: What a person must be able to reach: every control, and every element holding an
+#: error's text (a list's error column, an attempt's error, a delivery's error, the
+#: job's last error, a form field's error, an alert).
+ACTIONS = "a[href], button, input:not([type=hidden]), select, textarea, summary"
+ERRORS = (
+    ".error-cell, .attempt-error, .attempt-error .headline, details.trace > summary, "
+    "pre.error, pre.inline-error, .field-error, .flash-error, [role=alert]"
+)
+
+#: `describe(el)`: a short name for an element in a failure message.
+_DESCRIBE = r"""
+  const describe = (el) => {
+    const classes = typeof el.className === 'string' && el.className.trim()
+      ? '.' + el.className.trim().split(/\s+/).join('.') : '';
+    const text = (el.innerText || el.value || el.getAttribute('aria-label') || '')
+      .trim().replace(/\s+/g, ' ').slice(0, 40);
+    return `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}${classes} "${text}"`;
+  };
+"""
+
+
+def out_of_reach(page: Any, *, phone: bool) -> list[str]:
+    """Controls and error texts a person cannot reach without scrolling sideways: each
+    visible one must lie within the viewport's width, and no ancestor that scrolls
+    sideways (overflow-x not `visible`, scrollWidth > clientWidth) may cut it off. An
+    error text must not cut off its own text either (`text-overflow: ellipsis`); on a
+    laptop an error that is the summary of a closed <details> may, its whole text is
+    one click away."""
+    return list(
+        page.evaluate(
+            """([actions, errors, phone]) => {"""
+            + _DESCRIBE
+            + """
+              const limit = document.documentElement.clientWidth;
+              const found = [];
+              for (const el of document.querySelectorAll(actions + ', ' + errors)) {
+                const shown = {checkVisibilityCSS: true, visibilityProperty: true};
+                if (!el.checkVisibility(shown)) continue;
+                const box = el.getBoundingClientRect();
+                if (box.width === 0 && box.height === 0) continue;
+                if (box.left < -1 || box.right > limit + 1) {
+                  found.push(`${describe(el)} lies outside the screen: ` +
+                    `${Math.round(box.left)}..${Math.round(box.right)} of 0..${limit} px`);
+                  continue;
+                }
+                for (let up = el.parentElement; up && up !== document.body;
+                     up = up.parentElement) {
+                  if (getComputedStyle(up).overflowX === 'visible' ||
+                      up.scrollWidth <= up.clientWidth + 1) continue;
+                  const left = up.getBoundingClientRect().left + up.clientLeft;
+                  if (box.left < left - 1 || box.right > left + up.clientWidth + 1) {
+                    found.push(`${describe(el)} is cut off by ${describe(up)}, ` +
+                      `which scrolls sideways`);
+                    break;
+                  }
+                }
+                if (el.matches(errors) && (phone || el.tagName !== 'SUMMARY') &&
+                    getComputedStyle(el).overflowX !== 'visible' &&
+                    el.scrollWidth > el.clientWidth + 1) {
+                  found.push(`${describe(el)} cuts its error text off`);
+                }
+              }
+              return found;
+            }""",
+            [ACTIONS, ERRORS, phone],
+        )
+    )
+
+
+#: A run of characters without a space longer than this (a URL or a hash in an error
+#: text) may be broken where a narrow column needs it; a word in a shorter run never.
+LONGEST_UNBROKEN = 28
+
+
+def broken_words(page: Any) -> list[str]:
+    """Words (runs of letters and digits: "reports", "201", the parts of `email.send`)
+    that the browser broke across two lines, anywhere on the page — except inside a run
+    without spaces longer than `LONGEST_UNBROKEN` characters; and identifiers (`.ident`:
+    queue names, job types, keys — never broken inside a word, however long) whose CSS
+    would allow it: they may break only between their parts."""
+    return list(
+        page.evaluate(
+            """(longest) => {"""
+            + _DESCRIBE
+            + r"""
+              const found = [];
+              const range = document.createRange();
+              const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+              for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                const parent = node.parentElement;
+                if (!parent || parent.closest('script, style, option, textarea, svg') ||
+                    !parent.checkVisibility({contentVisibilityAuto: true})) continue;
+                const text = node.data;
+                const ident = parent.closest('.ident');
+                for (const word of text.matchAll(/[\p{L}\p{N}]{2,}/gu)) {
+                  let start = word.index;
+                  let end = start + word[0].length;
+                  while (start > 0 && !/\s/.test(text[start - 1])) start--;
+                  while (end < text.length && !/\s/.test(text[end])) end++;
+                  if (!ident && end - start > longest) continue;
+                  range.setStart(node, word.index);
+                  range.setEnd(node, word.index + word[0].length);
+                  const tops = [...range.getClientRects()].filter((r) => r.width > 0)
+                    .map((r) => r.top);
+                  if (tops.length > 1 && Math.max(...tops) - Math.min(...tops) > 2) {
+                    found.push(`"${word[0]}" is broken across lines in ${describe(parent)}`);
+                  }
+                }
+              }
+              for (const el of document.querySelectorAll('.ident')) {
+                const style = getComputedStyle(el);
+                if (['break-all', 'break-word'].includes(style.wordBreak) ||
+                    style.overflowWrap === 'anywhere') {
+                  found.push(`${describe(el)} may break inside a word ` +
+                    `(word-break: ${style.wordBreak}, overflow-wrap: ${style.overflowWrap})`);
+                }
+              }
+              return found;
+            }""",
+            LONGEST_UNBROKEN,
+        )
+    )
+
+
+def is_phone(page: Any) -> bool:
+    return bool(page.viewport_size["width"] <= VIEWPORTS["390"]["width"])
+
+
 def screen_problems(page: Any, name: str) -> list[str]:
-    """Sideways scroll and serious axe findings on the page as it is now, named `name`."""
+    """Sideways scroll (of the page, or of an element around an action or an error),
+    words broken across lines and serious axe findings on the page as it is now, named
+    `name`."""
     problems = [f"{name}: {line}" for line in sideways_overflow(page)]
+    problems += [f"{name}: {line}" for line in out_of_reach(page, phone=is_phone(page))]
+    problems += [f"{name}: {line}" for line in broken_words(page)]
     problems += [f"{name}: {line}" for line in serious_violations(page)]
     return problems
