@@ -237,6 +237,27 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def empty_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A brand-new database of the current backend that `jobdesk migrate` never ran on,
+    private to this test (on PostgreSQL created on the test server, dropped after)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    request.getfixturevalue("pg_url")  # skips (or fails in CI) without PostgreSQL
+    name = f"jobdesk_empty_{os.getpid()}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
 def engine(db_url: str) -> Iterator[sa.Engine]:
     engine = make_engine(db_url, settings=Settings())
     yield engine

@@ -86,6 +86,9 @@ def dashboard(ctx: click.Context, host: str, port: int, dev: bool, debug: bool) 
     # Bound before anything is printed: a taken port is one line, not a banner and then
     # the server's own complaint.
     server = _bind(host, port, app, debug=debug)
+    problem = _database_problem(app)
+    if problem is not None:
+        click.echo(f"{problem} (until then every page answers 503)", err=True)
     if throwaway:
         click.echo("--dev: using a throwaway secret key; sessions end when this process stops.")
     if not loopback:
@@ -97,6 +100,24 @@ def dashboard(ctx: click.Context, host: str, port: int, dev: bool, debug: bool) 
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"Jobdesk dashboard on http://{shown}:{port}/  (Ctrl+C to stop)")
     server.serve_forever()  # returns on Ctrl+C and closes the socket
+
+
+def _database_problem(app: Any) -> str | None:
+    """What keeps the dashboard from working on its database right now, said once at
+    start (the pages and /readyz say it too): no schema, a schema behind this version,
+    or no database at all. The server starts anyway and recovers without a restart."""
+    import sqlalchemy as sa
+
+    from jobdesk.dashboard.state import EXTENSION_KEY
+    from jobdesk.shared.core.errors import with_pooler_hint
+    from jobdesk.shared.migrate import schema_problem
+
+    try:
+        with app.extensions[EXTENSION_KEY].read_engine.connect() as conn:
+            return schema_problem(conn)
+    except sa.exc.OperationalError as exc:
+        detail = str(exc.orig or exc).strip().splitlines()
+        return f"database unavailable: {with_pooler_hint(detail[0] if detail else 'no answer')}"
 
 
 def _bind(host: str, port: int, app: Any, *, debug: bool) -> Any:
