@@ -50,7 +50,8 @@ from jobdesk.cli.app import cli, user_errors
     default=Path("jobdesk-demo"),
     show_default=True,
     help="Working directory of the demo, created if missing: its SQLite database (started "
-    "afresh unless --keep), report files and the worker's and dashboard's logs.",
+    "afresh unless --keep), report files and the worker's and dashboard's logs. One demo "
+    "at a time per directory.",
 )
 @user_errors
 def demo(
