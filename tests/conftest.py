@@ -31,7 +31,8 @@ import sqlalchemy as sa
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.migrate import upgrade
 from jobdesk.shared.schema import metadata
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, known_names
+from jobdesk.shared.settings.schema import unknown_names
 
 DEFAULT_PG_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 PG_ADMIN_URL = os.environ.get("JOBDESK_TEST_POSTGRES_URL", DEFAULT_PG_URL)
@@ -202,6 +203,17 @@ def _only_the_driver_writes_jobs(
         culprit = _writer_outside_the_driver()
         if culprit is not None:
             raise AssertionError(f"jobdesk_jobs written outside the driver, from {culprit}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_stray_jobdesk_variables() -> Iterator[None]:
+    """The suite runs without `JOBDESK_*` variables that are no setting. `enqueue` warns
+    about such a name once per process (and warnings are errors here), so one left in a
+    developer's shell would fail whichever test enqueues first. Tests of that warning,
+    and of the refusals elsewhere, set the names they need themselves."""
+    stray = {name: os.environ.pop(name) for name in unknown_names(os.environ, set(known_names()))}
+    yield
+    os.environ.update(stray)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -13,8 +13,10 @@ the built-in types), else those a worker published (read once per type and cache
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +31,7 @@ from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.job_types import FALLBACK_DEFAULTS, TypeDefaults, local_defaults
 from jobdesk.shared.core.payload_checks import refuse_unrunnable
 from jobdesk.shared.core.published_types import published_defaults
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, UnknownSettingWarning, unknown_variables
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -123,6 +125,7 @@ def enqueue(
     enqueues of one key on PostgreSQL, the later transaction waits for the earlier one
     and then gets its id (or inserts, if the earlier one rolled back).
     """
+    _warn_unknown_settings()
     conn = connection_of(bind)
     spec = NewJob(
         job_type,
@@ -152,6 +155,7 @@ def enqueue_many(
     index (`jobs[3].payload`). Idempotency works as in `enqueue`; a key repeated within
     the batch yields one job whose id is returned at every position that carries it.
     """
+    _warn_unknown_settings()
     conn = connection_of(bind)
     limit = max_payload_bytes or _configured_payload_limit()
     rows: list[JobRow] = []
@@ -167,6 +171,21 @@ def enqueue_many(
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     return insert_rows(conn, rows)
+
+
+@functools.cache
+def _warn_unknown_settings() -> None:
+    """Once per process, at its first enqueue: warn about each `JOBDESK_*` variable that
+    is no setting. The worker and the dashboard refuse to start on one; an app reads
+    the few settings enqueue needs one at a time, so a misspelt name (say
+    `JOBDESK_MAX_PAYLOAD_BYTE`) would otherwise be ignored without a word."""
+    for message in unknown_variables():
+        # stacklevel 3: the app's line that called enqueue / enqueue_many.
+        warnings.warn(
+            f"{message} (ignored here; a worker or the dashboard would refuse to start)",
+            UnknownSettingWarning,
+            stacklevel=3,
+        )
 
 
 _payload_limit_cache: dict[str | None, int] = {}
