@@ -54,13 +54,18 @@ def check_secret_key(key: str) -> str:
     if not key:
         raise SecretKeyError(f"JOBDESK_SECRET_KEY is not set; {hint}")
     lowered = key.strip().lower()
-    placeholder = lowered in _PLACEHOLDER_KEYS or any(m in lowered for m in _PLACEHOLDER_MARKERS)
-    if placeholder or len(set(key)) < 8:
+    if lowered in _PLACEHOLDER_KEYS or any(m in lowered for m in _PLACEHOLDER_MARKERS):
         raise SecretKeyError(f"JOBDESK_SECRET_KEY is a placeholder value; {hint}")
+    # Length before variety: a short key is refused as short, whatever it is made of.
     if len(key) < MIN_SECRET_KEY_CHARS:
         raise SecretKeyError(
-            f"JOBDESK_SECRET_KEY is {len(key)} characters; use at least "
+            f"JOBDESK_SECRET_KEY is too short: {len(key)} characters, it needs at least "
             f"{MIN_SECRET_KEY_CHARS}; {hint}"
+        )
+    if len(set(key)) < 8:
+        raise SecretKeyError(
+            f"JOBDESK_SECRET_KEY is a placeholder value ({len(set(key))} distinct characters "
+            f"in {len(key)}, not a random key); {hint}"
         )
     return key
 

@@ -38,7 +38,13 @@ from jobdesk.dashboard.views import (
     workers,
 )
 from jobdesk.shared.assets import asset_path
-from jobdesk.shared.core.errors import ConflictError, NotFoundError, ValidationError
+from jobdesk.shared.core.errors import (
+    NO_SCHEMA,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+    missing_schema,
+)
 from jobdesk.shared.operator.commands.accounts import any_operator_exists, role_at_least
 from jobdesk.shared.operator.filters import check_id
 
@@ -70,9 +76,10 @@ for child in (
     bp.register_blueprint(child.bp)
 
 
-def _refuse(status: int, message: str) -> Any:
+def _refuse(status: int, message: str, *, title: str | None = None) -> Any:
     if request.method == "GET" and not is_htmx():
-        return render_template("errors/error.html", status=status, message=message), status
+        page = render_template("errors/error.html", status=status, message=message, title=title)
+        return page, status
     return Response(message + "\n", status=status, mimetype="text/plain")
 
 
@@ -238,6 +245,8 @@ def conflict(exc: ConflictError) -> Any:
 
 @bp.errorhandler(sa.exc.OperationalError)
 def database_unavailable(exc: sa.exc.OperationalError) -> Any:
+    if missing_schema(exc) is not None:  # SQLite: "no such table: jobdesk_…"
+        return _no_schema()
     # Includes the dashboard's statement deadline firing (PostgreSQL statement_timeout,
     # SQLite interrupt): say so instead of a stack trace.
     return _refuse(
@@ -245,3 +254,16 @@ def database_unavailable(exc: sa.exc.OperationalError) -> Any:
         "The database did not answer in time (or is unreachable). Narrow the filters and "
         "try again; if it persists, check the database.",
     )
+
+
+@bp.errorhandler(sa.exc.ProgrammingError)
+def database_refused(exc: sa.exc.ProgrammingError) -> Any:
+    if missing_schema(exc) is not None:  # PostgreSQL: relation "jobdesk_…" does not exist
+        return _no_schema()
+    raise exc  # a bug, not the operator's to fix: the usual 500
+
+
+def _no_schema() -> Any:
+    """Every page, /login included, until `jobdesk migrate` has run (no restart needed:
+    the next request after it works)."""
+    return _refuse(503, f"{NO_SCHEMA}.", title="No Jobdesk schema")

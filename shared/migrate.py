@@ -10,6 +10,7 @@ Failures a person can fix come out as one `MigrationError` line naming the probl
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -20,15 +21,17 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
 from jobdesk.shared.assets import asset_path
-from jobdesk.shared.core.errors import JobdeskError
+from jobdesk.shared.core.errors import NO_SCHEMA, JobdeskError
 
 __all__ = [
     "CONTEXT_OPTIONS",
+    "NO_SCHEMA",
     "VERSION_TABLE",
     "MigrationError",
     "current_revision",
     "head_revision",
     "is_up_to_date",
+    "schema_problem",
     "upgrade",
 ]
 
@@ -89,11 +92,29 @@ def current_revision(engine: sa.Engine) -> str | None:
 
 
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return _scripts().get_current_head()
 
 
 def is_up_to_date(engine: sa.Engine) -> bool:
     return current_revision(engine) == head_revision()
+
+
+def schema_problem(conn: sa.Connection) -> str | None:
+    """Why Jobdesk cannot work on this database yet, as one sentence naming the command
+    that fixes it — no Jobdesk schema at all (`NO_SCHEMA`), or one behind this
+    Jobdesk's migrations — or None. A schema *ahead* of this Jobdesk (a newer one
+    migrated it, as in a rolling deploy) is no problem here: the older code keeps
+    working on it, and `upgrade` is what refuses to touch it."""
+    stored = _stored_revision(conn)
+    if stored is None:
+        return NO_SCHEMA
+    head = head_revision()
+    if stored == head or stored not in _known_revisions():
+        return None
+    return (
+        f"The database's Jobdesk schema is at {stored}, behind this Jobdesk's {head}: "
+        "run `jobdesk migrate`"
+    )
 
 
 def _stored_revision(conn: sa.Connection) -> str | None:
@@ -102,8 +123,13 @@ def _stored_revision(conn: sa.Connection) -> str | None:
 
 
 def _known_revisions() -> set[str]:
-    script = ScriptDirectory.from_config(alembic_config())
-    return {rev.revision for rev in script.walk_revisions()}
+    return {rev.revision for rev in _scripts().walk_revisions()}
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    """The shipped migration scripts, read once per process (`/readyz` asks often)."""
+    return ScriptDirectory.from_config(alembic_config())
 
 
 def _refuse_orphan_tables(conn: sa.Connection) -> None:

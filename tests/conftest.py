@@ -31,7 +31,8 @@ import sqlalchemy as sa
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.migrate import upgrade
 from jobdesk.shared.schema import metadata
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, known_names
+from jobdesk.shared.settings.schema import unknown_names
 
 DEFAULT_PG_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 PG_ADMIN_URL = os.environ.get("JOBDESK_TEST_POSTGRES_URL", DEFAULT_PG_URL)
@@ -205,6 +206,17 @@ def _only_the_driver_writes_jobs(
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _no_stray_jobdesk_variables() -> Iterator[None]:
+    """The suite runs without `JOBDESK_*` variables that are no setting. `enqueue` warns
+    about such a name once per process (and warnings are errors here), so one left in a
+    developer's shell would fail whichever test enqueues first. Tests of that warning,
+    and of the refusals elsewhere, set the names they need themselves."""
+    stray = {name: os.environ.pop(name) for name in unknown_names(os.environ, set(known_names()))}
+    yield
+    os.environ.update(stray)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _cheap_password_hashes() -> Iterator[None]:
     """Accounts made in this process hash with one PBKDF2 round instead of scrypt: the
     suite creates thousands (0.135 s each at production cost). The production method has
@@ -234,6 +246,27 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     target = tmp_path / "jobdesk.db"
     shutil.copyfile(template, target)
     return f"sqlite:///{target}"
+
+
+@pytest.fixture
+def empty_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A brand-new database of the current backend that `jobdesk migrate` never ran on,
+    private to this test (on PostgreSQL created on the test server, dropped after)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    request.getfixturevalue("pg_url")  # skips (or fails in CI) without PostgreSQL
+    name = f"jobdesk_empty_{os.getpid()}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @pytest.fixture

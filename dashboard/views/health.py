@@ -25,14 +25,20 @@ def healthz() -> Any:
 @bp.get("/readyz")
 @public
 def readyz() -> Any:
-    """Ready when the database answers. Says nothing about the database to the caller
-    (anyone may ask): the reason goes to the log. Only for a Host that cannot be a
+    """Ready when the database answers and holds Jobdesk's schema at this version's
+    migrations. Says nothing about the database itself to the caller (anyone may ask):
+    an unreachable database's reason goes to the log; a missing schema is named, since
+    what fixes it (`jobdesk migrate`) reveals nothing. Only for a Host that cannot be a
     rebound DNS name (an IP literal, `localhost`, `JOBDESK_ALLOWED_HOSTS`)."""
+    # Alembic, which knows the migrations, is loaded by the first probe, not at start-up.
+    from jobdesk.shared.migrate import schema_problem
+
     if not rebinding_safe(request.host, get_state().settings.allowed_hosts):
         return jsonify(status="refused", error="unknown host; see JOBDESK_ALLOWED_HOSTS"), 403
     try:
         with db.read() as conn:
             conn.execute(sa.select(1)).scalar_one()
+            problem = schema_problem(conn)
     except sa.exc.SQLAlchemyError as exc:
         detail = str(getattr(exc, "orig", exc)).strip().splitlines()
         current_app.logger.warning(
@@ -41,4 +47,7 @@ def readyz() -> Any:
             extra={"action": "readyz_failed"},
         )
         return jsonify(status="unavailable"), 503
+    if problem is not None:
+        current_app.logger.warning("readyz: %s", problem, extra={"action": "readyz_failed"})
+        return jsonify(status="unavailable", error=problem), 503
     return jsonify(status="ok")

@@ -114,6 +114,25 @@ def engine_from(ctx: click.Context, **kwargs: Any) -> Any:
     return make_engine(url, settings=settings, **kwargs)
 
 
+#: The most rows any `list` command prints at once (`--limit`): one bound for all of
+#: them, the same as the largest bulk action, so a terminal never asks for more rows
+#: than an operator can act on in one go.
+MAX_LIST_LIMIT = 1000
+DEFAULT_LIST_LIMIT = 50
+
+
+def limit_option(func: Callable[P, T]) -> Callable[P, T]:
+    """`--limit N` for a list command, bounded by `MAX_LIST_LIMIT`."""
+    option = click.option(
+        "--limit",
+        type=click.IntRange(1, MAX_LIST_LIMIT),
+        default=DEFAULT_LIST_LIMIT,
+        show_default=True,
+        help=f"Show at most N rows (1 to {MAX_LIST_LIMIT:,}).",
+    )
+    return option(func)
+
+
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 

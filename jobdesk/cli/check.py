@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
+from jobdesk.cli.app import cli, echo_json, engine_from, limit_option, user_errors
 
 
 def _alert_dict(row: Any) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def alerts() -> None:
     help="Which alerts to show.",
 )
 @click.option("--rule", help="Only this rule (e.g. dead_letter_spike).")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@limit_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 @user_errors

@@ -50,12 +50,14 @@ def settings_command(markdown: bool, as_json: bool) -> None:
 
 
 def _parse_payload(raw: str) -> Any:
+    """The JSON argument, or one `Error: payload …` line naming the problem (not click's
+    usage preamble: the command line was fine, the JSON was not)."""
     from jobdesk.shared.core.json_text import loads_json_text
 
     try:
         return loads_json_text("payload", raw)
     except ValidationError as exc:
-        raise click.BadParameter(f"{exc.field} {exc.message}") from None
+        raise click.ClickException(f"{exc.field} {exc.message}") from None
 
 
 def _parse_when(raw: str | None) -> datetime | None:
@@ -64,11 +66,13 @@ def _parse_when(raw: str | None) -> datetime | None:
     try:
         value = datetime.fromisoformat(raw)
     except ValueError:
-        raise click.BadParameter(
-            f"{raw!r} is not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00Z)"
+        raise click.ClickException(
+            f"--run-at: {raw!r} is not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00Z)"
         ) from None
     if value.tzinfo is None:
-        raise click.BadParameter("give a time zone, e.g. 2026-12-01T09:00:00Z or +01:00")
+        raise click.ClickException(
+            "--run-at: give a time zone, e.g. 2026-12-01T09:00:00Z or +01:00"
+        )
     return value
 
 
@@ -98,7 +102,7 @@ def enqueue(
     from jobdesk.shared.core.enqueue import enqueue as enqueue_job
 
     data = _parse_payload(payload)
-    when = _parse_with_param("--run-at", run_at)
+    when = _parse_when(run_at)
     engine = engine_from(ctx)
     with engine.begin() as conn:
         job_id = enqueue_job(
@@ -113,13 +117,6 @@ def enqueue(
             max_attempts=max_attempts,
         )
     click.echo(job_id)
-
-
-def _parse_with_param(name: str, raw: str | None) -> datetime | None:
-    try:
-        return _parse_when(raw)
-    except click.BadParameter as exc:
-        raise click.BadParameter(exc.message, param_hint=name) from None
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from jobdesk.cli.app import (
     cli_actor,
     command_engine,
     echo_json,
+    limit_option,
     read_secret,
     user_errors,
 )
@@ -33,7 +34,13 @@ def _is_loopback(host: str) -> bool:
 
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="TCP port to serve the dashboard on (at --host); refused at once when taken.",
+)
 @click.option(
     "--dev",
     is_flag=True,
@@ -54,8 +61,6 @@ def dashboard(ctx: click.Context, host: str, port: int, dev: bool, debug: bool) 
     The dashboard refuses to start without JOBDESK_SECRET_KEY (at least 32 random
     characters) unless --dev is given on a loopback address.
     """
-    from werkzeug.serving import run_simple
-
     from jobdesk.dashboard import create_app
     from jobdesk.dashboard.app import SecretKeyError
     from jobdesk.shared.settings import Settings
@@ -71,13 +76,21 @@ def dashboard(ctx: click.Context, host: str, port: int, dev: bool, debug: bool) 
     url = (ctx.find_root().obj or {}).get("database_url")
     if url:
         settings = replace(settings, database_url=url)
-    if dev and not settings.secret_key:
+    throwaway = dev and not settings.secret_key
+    if throwaway:
         settings = replace(settings, secret_key=secrets.token_urlsafe(48))
-        click.echo("--dev: using a throwaway secret key; sessions end when this process stops.")
     try:
         app = create_app(settings)
     except SecretKeyError as exc:
         raise click.ClickException(str(exc)) from None
+    # Bound before anything is printed: a taken port is one line, not a banner and then
+    # the server's own complaint.
+    server = _bind(host, port, app, debug=debug)
+    problem = _database_problem(app)
+    if problem is not None:
+        click.echo(f"{problem} (until then every page answers 503)", err=True)
+    if throwaway:
+        click.echo("--dev: using a throwaway secret key; sessions end when this process stops.")
     if not loopback:
         click.echo(
             f"warning: listening on {host}; put it behind a TLS reverse proxy and prefer "
@@ -86,15 +99,57 @@ def dashboard(ctx: click.Context, host: str, port: int, dev: bool, debug: bool) 
         )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"Jobdesk dashboard on http://{shown}:{port}/  (Ctrl+C to stop)")
-    run_simple(
-        host,
-        port,
-        app,
-        threaded=True,
-        use_reloader=False,
-        use_debugger=debug,
-        use_evalex=debug,
-    )
+    server.serve_forever()  # returns on Ctrl+C and closes the socket
+
+
+def _database_problem(app: Any) -> str | None:
+    """What keeps the dashboard from working on its database right now, said once at
+    start (the pages and /readyz say it too): no schema, a schema behind this version,
+    or no database at all. The server starts anyway and recovers without a restart."""
+    import sqlalchemy as sa
+
+    from jobdesk.dashboard.state import EXTENSION_KEY
+    from jobdesk.shared.core.errors import with_pooler_hint
+    from jobdesk.shared.migrate import schema_problem
+
+    try:
+        with app.extensions[EXTENSION_KEY].read_engine.connect() as conn:
+            return schema_problem(conn)
+    except sa.exc.OperationalError as exc:
+        detail = str(exc.orig or exc).strip().splitlines()
+        return f"database unavailable: {with_pooler_hint(detail[0] if detail else 'no answer')}"
+
+
+def _bind(host: str, port: int, app: Any, *, debug: bool) -> Any:
+    """A threaded Werkzeug server already listening on (host, port); a port that is
+    taken or an address that cannot be used is a `ClickException` (one line)."""
+    import errno
+    import socket
+
+    from werkzeug.serving import get_sockaddr, make_server, select_address_family
+
+    if debug:
+        from werkzeug.debug import DebuggedApplication
+
+        app = DebuggedApplication(app, evalex=True)
+        app.trusted_hosts.append(host)
+    family = select_address_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(get_sockaddr(host, port, family))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = (
+            "the port is in use (stop the other program or pass another --port)"
+            if exc.errno == errno.EADDRINUSE
+            else (exc.strerror or str(exc))
+        )
+        raise click.ClickException(f"cannot listen on {host}:{port}: {why}") from None
+    with sock:
+        # Werkzeug serves a duplicate of the bound socket.
+        return make_server(host, port, app, threaded=True, fd=sock.fileno())
 
 
 # --- users -------------------------------------------------------------------------------
@@ -258,7 +313,7 @@ def dead() -> None:
 @dead.command("list")
 @_filter_options
 @click.option("--groups", is_flag=True, help="Group by error fingerprint instead of listing jobs.")
-@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@limit_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 @user_errors
@@ -272,7 +327,7 @@ def dead_list(
     from jobdesk.shared.operator.queries.dead_letters import dead_groups
     from jobdesk.shared.operator.queries.jobs import list_jobs
 
-    filters = replace(_filters(**options).dead_unresolved(), page_size=100)
+    filters = replace(_filters(**options).dead_unresolved(), page_size=limit)
     with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         now = db_now(conn)
         if groups:
@@ -287,7 +342,7 @@ def dead_list(
                 click.echo(f"{g.fingerprint or '-':<16} {g.count:>7}  {types}\n    {sample}")
             return
         page = list_jobs(conn, filters, now=now)
-    items = page.items[:limit]
+    items = page.items
     if as_json:
         echo_json([asdict(item) for item in items])
         return
@@ -358,7 +413,12 @@ def _run_bulk(
 @click.option("--all-matching", is_flag=True, help="Every dead job matching the filters.")
 @_filter_options
 @click.option("--reason", help="Why (kept in the audit log).")
-@click.option("--actor", default=cli_actor, show_default="cli:$USER")
+@click.option(
+    "--actor",
+    default=cli_actor,
+    show_default="cli:$USER",
+    help="Who the audit log records as having done it.",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors
@@ -390,7 +450,12 @@ def dead_retry(
 @click.option("--all-matching", is_flag=True, help="Every dead job matching the filters.")
 @_filter_options
 @click.option("--reason", required=True, help="Why (required, kept with the job).")
-@click.option("--actor", default=cli_actor, show_default="cli:$USER")
+@click.option(
+    "--actor",
+    default=cli_actor,
+    show_default="cli:$USER",
+    help="Who the audit log records as having done it.",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors

@@ -49,7 +49,9 @@ from jobdesk.cli.app import cli, user_errors
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("jobdesk-demo"),
     show_default=True,
-    help="Where the demo keeps its SQLite database, report files and worker log.",
+    help="Working directory of the demo, created if missing: its SQLite database (started "
+    "afresh unless --keep), report files and the worker's and dashboard's logs. One demo "
+    "at a time per directory.",
 )
 @user_errors
 def demo(

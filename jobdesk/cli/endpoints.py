@@ -75,11 +75,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 
 @endpoints.command("pause")
 @click.argument("name")
-@click.option("--reason", help="Why (shown to other operators and in the audit log).")
+@click.option("--reason", required=True, help="Why (required, shown to everyone).")
 @click.option("--for", "for_seconds", type=float, help="Resume automatically after N seconds.")
 @click.pass_context
 @user_errors
-def pause(ctx: click.Context, name: str, reason: str | None, for_seconds: float | None) -> None:
+def pause(ctx: click.Context, name: str, reason: str, for_seconds: float | None) -> None:
     """Hold NAME's deliveries; its jobs wait without using attempts."""
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.webhooks.endpoints import pause_endpoint
@@ -95,15 +95,16 @@ def pause(ctx: click.Context, name: str, reason: str | None, for_seconds: float 
 
 @endpoints.command("resume")
 @click.argument("name")
+@click.option("--reason", help="Why (kept in the audit log).")
 @click.pass_context
 @user_errors
-def resume(ctx: click.Context, name: str) -> None:
+def resume(ctx: click.Context, name: str, reason: str | None) -> None:
     """Resume NAME and release its held jobs."""
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.webhooks.endpoints import resume_endpoint
 
     with command_engine(ctx) as engine, engine.begin() as conn:
-        released = resume_endpoint(conn, name, actor=cli_actor(), now=db_now(conn))
+        released = resume_endpoint(conn, name, actor=cli_actor(), now=db_now(conn), reason=reason)
     click.echo(f"endpoint {name} resumed; {released} held job(s) released")
 
 

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from jobdesk.demo import story
+from jobdesk.demo.lock import DirectoryBusy, DirectoryLock
 from jobdesk.demo.narrator import Narrator
 from jobdesk.demo.sinks import Crm, DemoConsole, MailSink, free_port, port_is_free
 from jobdesk.shared.core.clock import db_now
@@ -329,8 +330,20 @@ class Demo:
         self.say(f"\n{signal.Signals(signum).name}: stopping the demo …")
         self.stop.set()
 
+    def lock_directory(self) -> None:
+        """Refuse to share the directory with a running demo (it would delete this one's
+        database, or this one its); the lock lasts as long as this process."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(self.directory)
+        try:
+            lock.acquire(f"pid {os.getpid()}, dashboard {self.dashboard_url}/")
+        except DirectoryBusy as exc:
+            raise DemoError(str(exc)) from None
+        self._cleanups.append(lock.release)
+
     def _start_and_wait(self) -> None:
         options = self.options
+        self.lock_directory()
         if not port_is_free(options.port):
             raise DemoError(
                 f"cannot serve the dashboard on 127.0.0.1:{options.port}: the port is in use; "

@@ -13,8 +13,10 @@ the built-in types), else those a worker published (read once per type and cache
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,7 +38,7 @@ from jobdesk.shared.core.payload_checks import refuse_unrunnable
 from jobdesk.shared.core.published_types import published_defaults
 from jobdesk.shared.secrets.keys import Sealer, sealer_for
 from jobdesk.shared.secrets.store import seal_secrets, store_sealed
-from jobdesk.shared.settings import Settings
+from jobdesk.shared.settings import Settings, UnknownSettingWarning, unknown_variables
 from jobdesk.shared.tracing.otel import producing
 from jobdesk.shared.tracing.store import keep_traces
 
@@ -141,6 +143,7 @@ def enqueue(
     `JOBDESK_ENCRYPTION_KEYS` (refused, naming the variable, when it is unset) and
     stored beside the job; a repeated idempotency key keeps the first job's secrets.
     """
+    _warn_unknown_settings()
     conn = connection_of(bind)
     spec = NewJob(
         job_type,
@@ -171,6 +174,7 @@ def enqueue_many(
     index (`jobs[3].payload`). Idempotency works as in `enqueue`; a key repeated within
     the batch yields one job whose id is returned at every position that carries it.
     """
+    _warn_unknown_settings()
     conn = connection_of(bind)
     limit = max_payload_bytes or _configured_payload_limit()
     rows: list[JobRow] = []
@@ -214,6 +218,21 @@ def _insert(
                 kept[ids[index]] = values  # a key repeated in the batch: its first secrets
         store_sealed(conn, kept)
         return ids
+
+
+@functools.cache
+def _warn_unknown_settings() -> None:
+    """Once per process, at its first enqueue: warn about each `JOBDESK_*` variable that
+    is no setting. The worker and the dashboard refuse to start on one; an app reads
+    the few settings enqueue needs one at a time, so a misspelt name (say
+    `JOBDESK_MAX_PAYLOAD_BYTE`) would otherwise be ignored without a word."""
+    for message in unknown_variables():
+        # stacklevel 3: the app's line that called enqueue / enqueue_many.
+        warnings.warn(
+            f"{message} (ignored here; a worker or the dashboard would refuse to start)",
+            UnknownSettingWarning,
+            stacklevel=3,
+        )
 
 
 _payload_limit_cache: dict[str | None, int] = {}

@@ -7,6 +7,11 @@ class JobdeskError(Exception):
     """Base class for errors raised by Jobdesk itself."""
 
 
+#: What a process that needs the schema (the dashboard, `/readyz`, `jobdesk dashboard`)
+#: says of a database `jobdesk migrate` never ran on.
+NO_SCHEMA = "The database has no Jobdesk schema: run `jobdesk migrate`"
+
+
 class SchemaMissingError(JobdeskError):
     """Jobdesk's tables are not in the database the caller is writing to."""
 

@@ -17,6 +17,7 @@ from jobdesk.shared.settings.model import (
     known_names,
     settings_reference,
     settings_rows,
+    unknown_variables,
 )
 from jobdesk.shared.settings.parsing import (
     Rate,
@@ -27,7 +28,7 @@ from jobdesk.shared.settings.parsing import (
     parse_number,
     parse_seconds,
 )
-from jobdesk.shared.settings.schema import PREFIX
+from jobdesk.shared.settings.schema import PREFIX, UnknownSettingWarning
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -36,6 +37,7 @@ __all__ = [
     "Rate",
     "Settings",
     "SettingsError",
+    "UnknownSettingWarning",
     "known_names",
     "parse_bool",
     "parse_int",
@@ -44,4 +46,5 @@ __all__ = [
     "parse_seconds",
     "settings_reference",
     "settings_rows",
+    "unknown_variables",
 ]

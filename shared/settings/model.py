@@ -27,7 +27,15 @@ from jobdesk.shared.settings.parsing import (
     networks,
 )
 from jobdesk.shared.settings.retention import RetentionPolicy
-from jobdesk.shared.settings.schema import entries, load, reference_markdown, section, setting
+from jobdesk.shared.settings.schema import (
+    entries,
+    load,
+    reference_markdown,
+    section,
+    setting,
+    unknown_name_message,
+    unknown_names,
+)
 
 DEFAULT_DATABASE_URL = "sqlite:///jobdesk.db"
 ROLES = ("viewer", "operator", "admin")
@@ -411,6 +419,18 @@ class Settings:
 def known_names() -> list[str]:
     """Every `JOBDESK_*` name Jobdesk knows, settings first."""
     return [entry.name for entry in entries(Settings)] + list(KNOWN_ELSEWHERE)
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per `JOBDESK_*` name of `environ` (default `os.environ`) that is no
+    Jobdesk setting, naming the closest real one — the check `Settings.from_env` makes
+    (and the worker and dashboard refuse to start on), for a process that does not
+    load every setting at start: an app that enqueues."""
+    import os
+
+    known = known_names()
+    names = unknown_names(os.environ if environ is None else environ, set(known))
+    return [unknown_name_message(name, known) for name in names]
 
 
 def settings_reference() -> str:

@@ -18,7 +18,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -130,21 +130,30 @@ def groups(cls: type[Any]) -> dict[str, str]:
     return out
 
 
+class UnknownSettingWarning(UserWarning):
+    """A `JOBDESK_*` variable that is no Jobdesk setting, in a process that reads its
+    settings on demand (an app that enqueues) instead of refusing to start."""
+
+
 def load(cls: type[T], environ: Mapping[str, str], known_elsewhere: Mapping[str, str]) -> T:
     """Build `cls` from the `JOBDESK_*` variables of `environ`; anything unknown or
     malformed raises `SettingsError` naming the variable."""
     by_name = {entry.name: entry for entry in entries(cls)}
+    unknown = unknown_names(environ, by_name.keys() | known_elsewhere.keys())
+    if unknown:
+        raise SettingsError(unknown_name_message(unknown[0], [*by_name, *known_elsewhere]))
     values: dict[tuple[str, ...], Any] = {}
     for key in sorted(environ):
-        if not key.startswith(PREFIX):
-            continue
         entry = by_name.get(key)
-        if entry is None:
-            if key in known_elsewhere:
-                continue
-            raise SettingsError(unknown_name_message(key, [*by_name, *known_elsewhere]))
-        values[entry.path] = entry.parse(environ[key])
+        if entry is not None:
+            values[entry.path] = entry.parse(environ[key])
     return _build(cls, values, ())
+
+
+def unknown_names(environ: Iterable[str], known: Container[str]) -> list[str]:
+    """The `JOBDESK_*` names of `environ` that are not `known`, sorted: what `load`
+    refuses, and what an app that enqueues is warned about (`model.unknown_variables`)."""
+    return sorted(key for key in environ if key.startswith(PREFIX) and key not in known)
 
 
 def unknown_name_message(key: str, known: list[str]) -> str:

@@ -209,8 +209,9 @@ def pause_endpoint(
     until: datetime | None = None,
     now: datetime,
 ) -> None:
-    """Hold the endpoint's deliveries (jobs wait without burning attempts)."""
-    clean = validation.check_reason(reason, required=False)
+    """Hold the endpoint's deliveries (jobs wait without burning attempts). A reason is
+    required, as for every pause (queues, schedules): others need to know why."""
+    clean = validation.check_reason(reason, required=True)
     if until is not None and until <= now:
         raise ValidationError("until", "must be in the future")
     _update(conn, name, paused=True, paused_until=until, paused_reason=clean, updated_at=now)
@@ -226,8 +227,12 @@ def pause_endpoint(
     )
 
 
-def resume_endpoint(conn: sa.Connection, name: str, *, actor: str, now: datetime) -> int:
-    """End a pause (or a 410 disable) and release the held jobs; returns how many."""
+def resume_endpoint(
+    conn: sa.Connection, name: str, *, actor: str, now: datetime, reason: str | None = None
+) -> int:
+    """End a pause (or a 410 disable) and release the held jobs; returns how many. The
+    reason is optional, as for every resume."""
+    clean = validation.check_reason(reason, required=False)
     _update(
         conn,
         name,
@@ -244,6 +249,7 @@ def resume_endpoint(conn: sa.Connection, name: str, *, actor: str, now: datetime
         action=AuditAction.ENDPOINT_RESUME,
         name=name,
         now=now,
+        reason=clean,
         details={"released_jobs": released},
     )
     return released

@@ -63,6 +63,18 @@ class UnsafeURLError(ValueError):
     """The URL may not be used as a webhook destination; the message says why."""
 
 
+class PrivateAddressError(UnsafeURLError):
+    """The URL is well-formed but leads to a non-public address: the one rule that
+    `JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS` lifts, so the message names it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"{reason}; webhook targets must be public addresses "
+            "(JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS=1 allows private and loopback ones, "
+            "for development and tests only)"
+        )
+
+
 class ResolutionError(OSError):
     """The host name did not resolve (may be temporary: DNS outage)."""
 
@@ -196,8 +208,9 @@ def forbidden_reason(address: IPAddress) -> str | None:
 def check_url(
     url: str, *, allow_private: bool = False, resolve: Resolver = socket.getaddrinfo
 ) -> VettedTarget:
-    """Vet `url` for a webhook request; raises `UnsafeURLError` (never retry) or
-    `ResolutionError` (the name did not resolve — may be temporary)."""
+    """Vet `url` for a webhook request; raises `UnsafeURLError` (never retry; its
+    subclass `PrivateAddressError` for a non-public address) or `ResolutionError` (the
+    name did not resolve — may be temporary)."""
     parsed = parse_url(url)
     if parsed.literal is not None:
         addresses: list[IPAddress] = [parsed.literal]
@@ -207,8 +220,8 @@ def check_url(
         for address in addresses:
             reason = forbidden_reason(address)
             if reason:
-                where = "" if parsed.literal is not None else f"{parsed.host} resolves to "
-                raise UnsafeURLError(f"{where}{reason}")
+                where = "" if parsed.literal is not None else f" ({parsed.host} resolves to it)"
+                raise PrivateAddressError(f"{reason}{where}")
     unique = tuple(dict.fromkeys(str(a) for a in addresses))
     return VettedTarget(
         url=url,

@@ -130,6 +130,8 @@ def test_user_mistakes_are_one_line_without_traceback(tmp_path: Path, target: st
         assert result.stdout == ""
         error_lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
         assert len(error_lines) == 1, result.stderr
+        # The command line was right, the value was not: no usage preamble around it.
+        assert result.stderr.splitlines() == error_lines, result.stderr
     stats = json.loads(run(tmp_path, "stats", "--json", url=target).stdout)
     assert stats["total"] == 0  # nothing half-written
 

@@ -311,7 +311,10 @@ def test_trusted_proxy_header_only_from_trusted_addresses(
         ("changeme", "placeholder"),
         ("change-me-to-64-random-characters", "placeholder"),
         ("a" * 40, "placeholder"),
-        ("short-but-random-Key1", "at least 32"),
+        ("short-but-random-Key1", "too short: 21 characters, it needs at least 32"),
+        # Short and repetitive: what is wrong first is the length.
+        ("abc123", "too short: 6 characters"),
+        ("zzzzzzzz", "too short"),
     ],
 )
 def test_weak_secret_keys_are_refused(key: str, message: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -9,7 +11,7 @@ from click.testing import CliRunner
 from jobdesk.cli import cli
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.operator.models import operators
-from tests.dashboard.conftest import dead_job
+from tests.dashboard.conftest import SECRET, dead_job
 
 # Roles, headers, forms and rendering: the same on either database.
 pytestmark = pytest.mark.one_database
@@ -92,6 +94,23 @@ def test_dashboard_refuses_without_key_and_remote_debugger(db_url: str) -> None:
     assert "only on 127.0.0.1" in debug.output
     dev = run(db_url, "dashboard", "--host", "0.0.0.0", "--dev")
     assert dev.exit_code == 2
+
+
+def test_dashboard_on_a_taken_port_is_one_line_without_the_banner(db_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            cli,
+            ["--database-url", db_url, "dashboard", "--port", str(port)],
+            env={"JOBDESK_SECRET_KEY": SECRET},
+        )
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: cannot listen on 127.0.0.1:{port}: the port is in use "
+        "(stop the other program or pass another --port)\n"
+    )
 
 
 def test_users_add_and_passwd_refuse_weak_passwords_and_case_twins(db_url: str) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,15 +16,16 @@ from alembic.runtime.migration import MigrationContext
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.migrate import (
     CONTEXT_OPTIONS,
+    NO_SCHEMA,
     MigrationError,
     current_revision,
     head_revision,
     is_up_to_date,
+    schema_problem,
     upgrade,
 )
 from jobdesk.shared.schema import metadata
 from jobdesk.shared.settings import Settings
-from tests.conftest import PG_ADMIN_URL
 
 #: Declared with `ddl_if(dialect="postgresql")`: trigram indexes, the payload search's GIN
 #: index and the probe indexes of the kept job counts exist only there.
@@ -56,28 +55,11 @@ def expression_indexes_unreflected() -> Iterator[None]:
 
 
 @pytest.fixture
-def empty_engine(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[sa.Engine]:
+def empty_engine(empty_db_url: str) -> Iterator[sa.Engine]:
     """An engine on a brand-new, empty database of the current backend."""
-    if backend == "sqlite":
-        engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}", settings=Settings())
-        yield engine
-        engine.dispose()
-        return
-    request.getfixturevalue("pg_url")  # skips (or fails in CI) without PostgreSQL
-    name = f"jobdesk_migrate_{os.getpid()}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    engine = make_engine(url, settings=Settings())
+    engine = make_engine(empty_db_url, settings=Settings())
     yield engine
     engine.dispose()
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def drift(engine: sa.Engine) -> list[Any]:
@@ -310,6 +292,30 @@ def test_a_revision_from_a_newer_jobdesk_is_one_clear_line(empty_engine: sa.Engi
     assert "\n" not in message
     assert "'jobdesk_0099'" in message
     assert "newer Jobdesk" in message
+
+
+def test_schema_problem_names_what_to_run_and_lets_a_newer_schema_be(
+    empty_engine: sa.Engine,
+) -> None:
+    """What the dashboard and /readyz say of a database: nothing there, behind this
+    version, fine — and fine too when a newer Jobdesk migrated it (a rolling deploy
+    keeps the older processes serving)."""
+
+    def problem() -> str | None:
+        with empty_engine.connect() as conn:
+            return schema_problem(conn)
+
+    assert problem() == NO_SCHEMA == "The database has no Jobdesk schema: run `jobdesk migrate`"
+    upgrade(empty_engine, "jobdesk_0001")
+    assert problem() == (
+        f"The database's Jobdesk schema is at jobdesk_0001, behind this Jobdesk's "
+        f"{head_revision()}: run `jobdesk migrate`"
+    )
+    upgrade(empty_engine)
+    assert problem() is None
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("UPDATE jobdesk_alembic_version SET version_num = 'jobdesk_0099'"))
+    assert problem() is None
 
 
 def test_jobdesk_tables_without_history_are_named_not_half_migrated(

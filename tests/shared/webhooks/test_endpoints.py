@@ -47,10 +47,14 @@ def test_pause_until_ends_by_itself_and_reasons_are_bounded(engine: sa.Engine) -
         add_endpoint(conn, "crm", "http://127.0.0.1:9/", allow_private=True, now=now)
         with pytest.raises(ValidationError, match="reason"):
             pause_endpoint(conn, "crm", actor="ops", reason="x" * 3000, now=now)
+        # Every pause needs a reason (queues and schedules too); a resume may give one.
+        for missing in (None, "", "   "):
+            with pytest.raises(ValidationError, match="reason"):
+                pause_endpoint(conn, "crm", actor="ops", reason=missing, now=now)
         with pytest.raises(ValidationError, match="until"):
-            pause_endpoint(conn, "crm", actor="ops", reason=None, until=now, now=now)
+            pause_endpoint(conn, "crm", actor="ops", reason="deploy", until=now, now=now)
         with pytest.raises(NotFoundError):
-            pause_endpoint(conn, "nope", actor="ops", reason=None, now=now)
+            pause_endpoint(conn, "nope", actor="ops", reason="deploy", now=now)
         pause_endpoint(
             conn, "crm", actor="ops", reason="deploy", until=now + timedelta(minutes=5), now=now
         )
@@ -88,6 +92,8 @@ def test_cli_add_prints_the_secret_last_and_manages_the_endpoint(
     refused = runner.invoke(cli, ["endpoints", "add", "crm", "http://127.0.0.1:9/hook"])
     assert refused.exit_code == 1
     assert "loopback" in refused.output
+    assert "JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS=1" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
 
     monkeypatch.setenv("JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS", "1")
     added = runner.invoke(cli, ["endpoints", "add", "crm", "http://127.0.0.1:9/hook"])
@@ -105,13 +111,17 @@ def test_cli_add_prints_the_secret_last_and_manages_the_endpoint(
     as_json = runner.invoke(cli, ["endpoints", "list", "--json"])
     assert '"paused": true' in as_json.output
 
-    resumed = runner.invoke(cli, ["endpoints", "resume", "crm"])
+    no_reason = runner.invoke(cli, ["endpoints", "pause", "crm"])
+    assert no_reason.exit_code == 2
+    assert "Missing option '--reason'" in no_reason.output
+
+    resumed = runner.invoke(cli, ["endpoints", "resume", "crm", "--reason", "CRM is back"])
     assert "resumed; 0 held job(s) released" in resumed.output
     rotated = runner.invoke(cli, ["endpoints", "rotate", "crm", "--overlap-hours", "2"])
     new_secret = rotated.output.strip().splitlines()[-1]
     assert new_secret.startswith("whsec_")
     assert new_secret != secret
 
-    missing = runner.invoke(cli, ["endpoints", "pause", "nope"])
+    missing = runner.invoke(cli, ["endpoints", "pause", "nope", "--reason", "CRM down"])
     assert missing.exit_code == 1
     assert "no webhook endpoint named 'nope'" in missing.output

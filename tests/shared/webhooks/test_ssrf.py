@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, check_url
+from jobdesk.shared.webhooks.ssrf import (
+    PrivateAddressError,
+    ResolutionError,
+    UnsafeURLError,
+    check_url,
+)
 
 
 def resolver_for(*addresses: str) -> Any:
@@ -98,6 +103,22 @@ def test_public_ipv6_destinations_still_pass(address: str) -> None:
 def test_a_name_resolving_to_a_private_address_is_refused() -> None:
     with pytest.raises(UnsafeURLError, match=r"10\.0\.0\.5 is a private address"):
         check_url("https://crm.example.com/hook", resolve=resolver_for("10.0.0.5"))
+
+
+def test_a_private_target_names_the_setting_that_allows_it() -> None:
+    """The refusal a developer meets first (a receiver on localhost) says how to allow
+    it; refusals the setting does not lift do not mention it."""
+    for url in ("http://127.0.0.1:9/hook", "http://localhost:9/hook"):
+        with pytest.raises(PrivateAddressError, match="JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS=1"):
+            check_url(url)
+    resolved = r"^127\.0\.0\.1 is a loopback address \(localhost resolves to it\); "
+    with pytest.raises(PrivateAddressError, match=resolved):
+        check_url("http://localhost:9/hook", resolve=resolver_for("127.0.0.1"))
+    for url in ("http://u:p@127.0.0.1/", "file:///etc/passwd", "http://2130706433/"):
+        with pytest.raises(UnsafeURLError) as refused:
+            check_url(url)
+        assert not isinstance(refused.value, PrivateAddressError), url
+        assert "JOBDESK_ALLOW_PRIVATE_WEBHOOK_TARGETS" not in str(refused.value)
 
 
 def test_every_resolved_address_must_be_public() -> None:
