@@ -9,6 +9,8 @@ Keys are never echoed: errors name a key by its position in the list.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
@@ -53,23 +55,25 @@ class Sealer:
         return self._keys.encrypt(value.encode("utf-8")).decode("ascii")
 
     def open(self, sealed: str, what: str) -> str:
-        try:
+        with _unopenable(what, "(sealed with a key that is no longer listed?)"):
             return self._keys.decrypt(sealed.encode("ascii")).decode("utf-8")
-        except InvalidToken:
-            raise KeysError(
-                f"{what} cannot be opened with any key of {VARIABLE} (sealed with a key "
-                "that is no longer listed?)"
-            ) from None
 
     def reseal(self, sealed: str, what: str) -> str:
         """The same value sealed with the first key (what `jobdesk keys rotate` does)."""
-        try:
+        with _unopenable(what, ": add the key that sealed it and rotate again"):
             return self._keys.rotate(sealed.encode("ascii")).decode("ascii")
-        except InvalidToken:
-            raise KeysError(
-                f"{what} cannot be opened with any key of {VARIABLE}: add the key that "
-                "sealed it and rotate again"
-            ) from None
+
+
+@contextmanager
+def _unopenable(what: str, hint: str) -> Iterator[None]:
+    """No listed key opens the value: a `KeysError` naming it (never its text)."""
+    try:
+        yield
+    except InvalidToken:
+        separator = "" if hint.startswith(":") else " "
+        raise KeysError(
+            f"{what} cannot be opened with any key of {VARIABLE}{separator}{hint}"
+        ) from None
 
 
 @functools.lru_cache(maxsize=8)
