@@ -29,6 +29,7 @@ from jobdesk.shared.core import validation
 from jobdesk.shared.core.enqueue_sql import (
     NOTIFY_CHANNEL,
     JobRow,
+    insert_row_with_secrets,
     insert_rows,
     insert_rows_telling_new,
 )
@@ -205,8 +206,11 @@ def _insert(
     types = {row.job_type for row in rows}
     job_type = rows[0].job_type if len(types) == 1 else "jobs"
     with producing(job_type, rows[0].queue, len(rows)) as producer:
-        if not sealed and producer is None:
-            return insert_rows(conn, rows)
+        if producer is None:
+            if not sealed:
+                return insert_rows(conn, rows)
+            if len(rows) == 1:  # `enqueue(..., secrets=…)`: one round trip where it can
+                return [insert_row_with_secrets(conn, rows[0], sealed[0])]
         ids, created = insert_rows_telling_new(conn, rows)
         if producer is not None:
             context = (producer.traceparent, producer.tracestate)

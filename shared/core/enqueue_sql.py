@@ -13,7 +13,7 @@ already exists (`ON CONFLICT … DO NOTHING` returned nothing for it) is looked 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -81,6 +81,23 @@ def insert_rows_telling_new(
         for row in rows
     ]
     return ids, created
+
+
+def insert_row_with_secrets(conn: sa.Connection, row: JobRow, sealed: Mapping[str, str]) -> int:
+    """One job and its sealed secrets (in one statement where the driver can); the id of
+    the job holding a taken key otherwise (its own secrets stay)."""
+    try:
+        inserted = driver(conn).insert_job_with_secrets(conn, row, sealed)
+    except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+        missing = missing_schema(exc)
+        if missing is not None:
+            raise missing from exc
+        raise
+    if inserted.unkeyed:
+        return inserted.unkeyed[0]
+    if row.idempotency_key in inserted.by_key:
+        return inserted.by_key[row.idempotency_key]
+    return insert_rows(conn, [row])[0]  # the key is taken: the holder's id
 
 
 def _insert(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int], dict[str, int]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypeVar
@@ -145,6 +145,19 @@ class Driver(ABC):
         """Enqueue: insert `rows` in the caller's transaction, in input order (ids grow
         in that order); a row whose idempotency key is taken is left out. Wakes idle
         workers of the rows' queues when the caller commits, where the database can."""
+
+    def insert_job_with_secrets(
+        self, conn: sa.Connection, row: JobRow, sealed: Mapping[str, str]
+    ) -> Inserted:
+        """Enqueue one job with its sealed secrets, stored only if the job is new (a taken
+        key keeps the first job's). Two statements here; a driver may make it one."""
+        from jobdesk.shared.secrets.store import store_sealed
+
+        inserted = self.insert_jobs(conn, [row])
+        new = [*inserted.unkeyed, *inserted.by_key.values()]
+        if new:
+            store_sealed(conn, {new[0]: sealed})
+        return inserted
 
     @abstractmethod
     def claim_jobs(

@@ -10,7 +10,7 @@ so they run on any SQLAlchemy PostgreSQL driver.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -48,12 +48,16 @@ _INSERT_COLUMNS = (
     "job_type, queue, payload, priority, max_attempts, next_run_at, idempotency_key, "
     "group_key, timeout_seconds"
 )
+
+
 # Rows go in input order (ORDER BY the ordinality), so the ids of new rows, sorted, line
 # up with the rows sent; the same statement notifies the batch's queues, so idle workers
 # wake when (and only when) the caller commits. A job without run_at is due at the
 # database clock, like a plain-SQL insert.
-_INSERT_JOBS = sa.text(
-    f"""
+def _insert_statement(also: str = "") -> sa.TextClause:
+    """The enqueue INSERT; `also`: more data-modifying CTEs over its new rows (`ins`)."""
+    return sa.text(
+        f"""
 WITH ins AS (
     INSERT INTO jobdesk_jobs ({_INSERT_COLUMNS})
     SELECT r.e->>0, r.e->>1, r.e->2, (r.e->>3)::smallint, (r.e->>4)::integer,
@@ -64,7 +68,7 @@ WITH ins AS (
     ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING id, idempotency_key
-), wake AS (
+){also}, wake AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', q)) AS n
     FROM unnest(CAST(:queues AS text[])) AS q
 )
@@ -73,6 +77,17 @@ SELECT array_agg(ins.id ORDER BY ins.id) FILTER (WHERE ins.idempotency_key IS NU
        array_agg(ins.idempotency_key) FILTER (WHERE ins.idempotency_key IS NOT NULL)
 FROM ins, wake
 """
+    )
+
+
+_INSERT_JOBS = _insert_statement()
+#: One job and its sealed secrets in one round trip; a job whose key was taken inserts
+#: nothing, and so stores no secrets (the first job keeps its own).
+_INSERT_JOB_WITH_SECRETS = _insert_statement(
+    """, sealed AS (
+    INSERT INTO jobdesk_job_secrets (job_id, name, sealed)
+    SELECT ins.id, s.key, s.value FROM ins, jsonb_each_text(CAST(:secrets AS jsonb)) AS s
+)"""
 )
 
 
@@ -269,6 +284,15 @@ class PostgreSQLJobs(Driver):
         unkeyed, keyed_ids, keys = conn.execute(
             _INSERT_JOBS,
             {"rows": _rows_json(rows), "queues": sorted({row.queue for row in rows})},
+        ).one()
+        return Inserted(unkeyed or [], dict(zip(keys or (), keyed_ids or (), strict=True)))
+
+    def insert_job_with_secrets(
+        self, conn: sa.Connection, row: JobRow, sealed: Mapping[str, str]
+    ) -> Inserted:
+        unkeyed, keyed_ids, keys = conn.execute(
+            _INSERT_JOB_WITH_SECRETS,
+            {"rows": _rows_json([row]), "queues": [row.queue], "secrets": json.dumps(sealed)},
         ).one()
         return Inserted(unkeyed or [], dict(zip(keys or (), keyed_ids or (), strict=True)))
 
