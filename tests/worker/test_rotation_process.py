@@ -1,6 +1,7 @@
 """`jobdesk keys rotate` while two workers run the jobs whose secrets it seals again:
-every job that ran read its own value (none failed), and afterwards the new key alone
-opens every stored secret (10,000 jobs on PostgreSQL, 2,000 on SQLite)."""
+every job that ran read its own value (no attempt failed on its secret), and afterwards
+the new key alone opens every stored secret (10,000 jobs on PostgreSQL, 2,000 on
+SQLite)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
 from jobdesk import NewJob, enqueue_many
+from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.secrets.keys import sealer_for
 from jobdesk.shared.secrets.models import job_secrets
 from tests.worker.procs import JOBDESK, Workers, statuses
@@ -50,7 +52,17 @@ def test_rotation_under_running_workers(
     assert rotated.stdout.strip() == f"{total:,} secrets sealed with the first key"
     procs.cleanup()  # the workers ran all through the rotation
     ran = statuses(engine)
-    assert set(ran) <= {"queued", "running", "succeeded"}, ran
+    with engine.connect() as conn:
+        errors = list(
+            conn.execute(
+                sa.select(job_attempts.c.error).where(job_attempts.c.error.is_not(None))
+            ).scalars()
+        )
+    # A loaded machine may rescue a job whose lease ran out (`failed`, to be retried):
+    # that is the lease at work. What must never happen is a secret that did not open.
+    assert "dead" not in ran, ran
+    unopened = [e for e in errors if "secret" in e or "JOBDESK_ENCRYPTION_KEYS" in e]
+    assert unopened == []
     assert ran.get("succeeded", 0) > 0
     only_new = sealer_for(NEW)
     with engine.connect() as conn:
