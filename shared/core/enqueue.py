@@ -40,7 +40,7 @@ from jobdesk.shared.core.published_types import published_defaults
 from jobdesk.shared.secrets.keys import Sealer, sealer_for
 from jobdesk.shared.secrets.store import seal_secrets, store_sealed
 from jobdesk.shared.settings import Settings, UnknownSettingWarning, unknown_variables
-from jobdesk.shared.tracing.otel import producing
+from jobdesk.shared.tracing.otel import in_span, producing
 from jobdesk.shared.tracing.store import keep_traces
 
 __all__ = [
@@ -203,14 +203,14 @@ def _insert(
     trace — the producer span's context, both only for jobs this call created."""
     if not rows:
         return []
+    if not in_span():  # the common case: nothing beside the rows but secrets
+        if not sealed:
+            return insert_rows(conn, rows)
+        if len(rows) == 1:  # `enqueue(..., secrets=…)`: one round trip where it can
+            return [insert_row_with_secrets(conn, rows[0], sealed[0])]
     types = {row.job_type for row in rows}
     job_type = rows[0].job_type if len(types) == 1 else "jobs"
     with producing(job_type, rows[0].queue, len(rows)) as producer:
-        if producer is None:
-            if not sealed:
-                return insert_rows(conn, rows)
-            if len(rows) == 1:  # `enqueue(..., secrets=…)`: one round trip where it can
-                return [insert_row_with_secrets(conn, rows[0], sealed[0])]
         ids, created = insert_rows_telling_new(conn, rows)
         if producer is not None:
             context = (producer.traceparent, producer.tracestate)

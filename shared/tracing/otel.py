@@ -60,10 +60,17 @@ def _tracer(found: Api) -> Any:
     return cached[1]
 
 
-def in_active_span() -> bool:
-    """Whether the caller runs inside a recording or sampled span worth continuing."""
+def in_span() -> bool:
+    """Whether an enqueue here would be traced (cheap: no span is made)."""
+    return _in_span() is not None
+
+
+def _in_span() -> Api | None:
+    """The API when the caller runs inside a valid span worth continuing, else None."""
     found = api()
-    return found is not None and found.trace.get_current_span().get_span_context().is_valid
+    if found is None or not found.trace.get_current_span().get_span_context().is_valid:
+        return None
+    return found
 
 
 @dataclass(slots=True)
@@ -82,8 +89,8 @@ class Producer:
 @contextmanager
 def producing(job_type: str, queue: str, count: int) -> Iterator[Producer | None]:
     """A PRODUCER span around an enqueue made inside a span (None outside one)."""
-    found = api()
-    if found is None or not found.trace.get_current_span().get_span_context().is_valid:
+    found = _in_span()
+    if found is None:
         yield None
         return
     attributes: dict[str, Any] = {
@@ -189,6 +196,6 @@ def conclude(span: Any, kind: str, error_type: str | None, error: str | None) ->
 
 def inject_headers(headers: dict[str, str]) -> None:
     """Add `traceparent` (and `tracestate`) of the current span to outgoing headers."""
-    found = api()
-    if found is not None and found.trace.get_current_span().get_span_context().is_valid:
+    found = _in_span()
+    if found is not None:
         found.propagate.inject(headers)
