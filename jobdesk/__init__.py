@@ -42,6 +42,7 @@ from jobdesk.shared.core.errors import (  # noqa: E402
     ValidationError,
 )
 from jobdesk.shared.core.results import JobResult, job_result, wait  # noqa: E402
+from jobdesk.shared.workflows.batches import Batch, enqueue_batch  # noqa: E402
 
 if TYPE_CHECKING:
     from jobdesk.shared.core.enqueue_async import enqueue_async, enqueue_many_async
@@ -71,6 +72,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Batch",
     "DatabaseUnavailable",
     "JobResult",
     "NewJob",
@@ -82,6 +84,7 @@ __all__ = [
     "ValidationError",
     "enqueue",
     "enqueue_async",
+    "enqueue_batch",
     "enqueue_many",
     "enqueue_many_async",
     "job",

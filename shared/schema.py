@@ -21,6 +21,8 @@ from jobdesk.shared.schedules import models as _schedules
 from jobdesk.shared.secrets import models as _secrets
 from jobdesk.shared.tracing import models as _tracing
 from jobdesk.shared.webhooks import models as _webhooks
+from jobdesk.shared.workflows import models as _workflows
+from jobdesk.shared.workflows import settle as _settle
 
 __all__ = ["metadata"]
 
@@ -39,6 +41,8 @@ _TABLE_MODULES = (
     _retention,
     _schedules,
     _secrets,
+    _settle,
     _tracing,
     _webhooks,
+    _workflows,
 )

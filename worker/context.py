@@ -32,6 +32,7 @@ with the job's new state, or not at all, and costs no round trip or commit of it
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -57,6 +58,8 @@ from jobdesk.shared.core.transitions import record_progress
 from jobdesk.shared.secrets.keys import sealer_for
 from jobdesk.shared.secrets.store import open_secrets, sealed_secrets
 from jobdesk.shared.settings import Settings
+from jobdesk.shared.workflows.batches import BatchView, ChildResult, batch_of, child_results
+from jobdesk.shared.workflows.batches import view as batch_view
 from jobdesk.worker import failpoints
 from jobdesk.worker.resilience import DB_ERRORS, retry_db
 
@@ -213,6 +216,33 @@ class JobContext:
                 sealer = sealer_for(self.settings.encryption_keys)
                 self._secrets = open_secrets(sealed, sealer, self.job_id)
         return self._secrets
+
+    @property
+    def batch(self) -> BatchView | None:
+        """The batch this job is a child or a callback of (`enqueue_batch`): `.id`,
+        `.name`, `.total`, `.counts` (children by status, read now) and
+        `.results(after_id=…)` paging through the children's results; None outside a
+        batch."""
+
+        def read() -> BatchView | None:
+            with self.engine.connect() as conn:
+                batch_id = batch_of(conn, self.job_id)
+                if batch_id is None:
+                    return None
+                return batch_view(conn, batch_id, functools.partial(self._batch_page, batch_id))
+
+        return self.db_call("reading the job's batch", read)
+
+    async def batch_async(self) -> BatchView | None:
+        """`batch` from a coroutine."""
+        return await asyncio.to_thread(lambda: self.batch)
+
+    def _batch_page(self, batch_id: int, after_id: int, limit: int) -> list[ChildResult]:
+        def read() -> list[ChildResult]:
+            with self.engine.connect() as conn:
+                return child_results(conn, batch_id, after_id=after_id, limit=limit)
+
+        return self.db_call("reading the batch's results", read)
 
     @property
     def ref(self) -> JobRef:

@@ -55,6 +55,7 @@ class AuditAction(StrEnum):
     QUEUE_PAUSE = "queue.pause"
     QUEUE_RESUME = "queue.resume"
     SECRET_REVEAL = "secret.reveal"  # noqa: S105 (an action name)
+    BATCH_CANCEL = "batch.cancel"
 
 
 class AuditEntry(Base):

@@ -53,6 +53,7 @@ from jobdesk.shared.core.states import (
 from jobdesk.shared.core.validation import serialize_payload
 from jobdesk.shared.core.worker_registry import runnable_types
 from jobdesk.shared.secrets.store import copy_secrets
+from jobdesk.shared.workflows import batches, dependencies
 
 __all__ = [
     "Requeued",
@@ -77,6 +78,7 @@ COPIED = (
     "timeout_seconds",
     "group_key",
     "idempotency_key",
+    "batch_id",
 )
 
 
@@ -143,6 +145,9 @@ def requeue_dead(
     resolved = resolve_dead(conn, wanted, resolution, actor=actor, reason=reason, now=now)
     mapping = _copy_as_new(conn, resolved, now)
     copy_secrets(conn, mapping)  # sealed as they are: a retry needs no key
+    # The retry takes the dead job's place: in its batch and for the jobs after= it.
+    batches.hand_over(conn, mapping)
+    dependencies.hand_over(conn, mapping)
     if payload is not None and mapping:
         driver(conn).set_payload(conn, list(mapping.values()), serialize_payload(payload))
     _notify(conn, mapping.values())
@@ -174,8 +179,12 @@ def ignore_dead(
     now: datetime,
     details: Mapping[str, Any] | None = None,
 ) -> list[int]:
-    """Resolve the still-unresolved dead jobs among `ids` as ignored; returns them."""
+    """Resolve the still-unresolved dead jobs among `ids` as ignored; returns them.
+
+    What waited for them can no longer run: the jobs enqueued `after=` them and the
+    `on_success` callbacks of their batches are cancelled (each audited)."""
     resolved = resolve_dead(conn, ids, Resolution.IGNORED, actor=actor, reason=reason, now=now)
+    _cancel_what_waits(conn, resolved, actor=actor, verb="was ignored", reason=reason, now=now)
     audit.record_many(
         conn,
         (
@@ -202,12 +211,35 @@ def cancel(
     now: datetime,
     subject: str | None = None,
 ) -> list[int]:
-    """Stop queued or retrying jobs from running again; returns the ones cancelled."""
+    """Stop queued, retrying or waiting jobs from running again; returns the ones
+    cancelled. The jobs waiting `after=` them are cancelled too (each audited)."""
     if not job_ids:
         return []
     cancelled = _cancel_rows(conn, job_ids, actor=actor, reason=reason, asked_at=now, now=now)
     _audit_cancel(conn, cancelled, actor=actor, reason=reason, now=now, subject=subject)
+    dependencies.cancel_dependents(
+        conn, cancelled, actor=actor, why=_waited_for(cancelled, "was cancelled", reason), now=now
+    )
     return cancelled
+
+
+def _waited_for(ids: Sequence[int], verb: str, reason: str) -> str:
+    named = ", ".join(f"#{job_id}" for job_id in ids[:5]) + (" …" if len(ids) > 5 else "")
+    return f"job {named} it waited for {verb}: {reason}"
+
+
+def _cancel_what_waits(
+    conn: sa.Connection, ids: Sequence[int], *, actor: str, verb: str, reason: str, now: datetime
+) -> None:
+    """Cancel the dependents of jobs that will never succeed, and the `on_success`
+    callbacks of their batches."""
+    if not ids:
+        return
+    why = _waited_for(ids, verb, reason)
+    dependencies.cancel_dependents(conn, ids, actor=actor, why=why, now=now)
+    callbacks = batches.waiting_success_callbacks(conn, ids)
+    if callbacks:
+        cancel(conn, callbacks, actor=actor, reason=why, now=now, subject="batch on_success")
 
 
 def _cancel_rows(

@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypedDict
@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session
 
 from jobdesk.shared.core import validation
+from jobdesk.shared.core.driver.base import PLAIN, Placement
 from jobdesk.shared.core.enqueue_sql import (
     NOTIFY_CHANNEL,
     JobRow,
@@ -42,6 +43,7 @@ from jobdesk.shared.secrets.store import seal_secrets, store_sealed
 from jobdesk.shared.settings import Settings, UnknownSettingWarning, unknown_variables
 from jobdesk.shared.tracing.otel import in_span, producing
 from jobdesk.shared.tracing.store import keep_traces
+from jobdesk.shared.workflows import dependencies
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -74,6 +76,8 @@ class NewJob:
     #: Values stored only encrypted (`JOBDESK_ENCRYPTION_KEYS`); handlers read
     #: `ctx.secrets[name]`.
     secrets: Mapping[str, str] | None = None
+    #: Job ids this job waits for: it runs once every one of them succeeded.
+    after: Sequence[int] | None = None
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -88,6 +92,7 @@ class EnqueueOptions(TypedDict, total=False):
     group_key: str | None
     timeout: float | None
     secrets: Mapping[str, str] | None
+    after: Sequence[int] | None
     max_payload_bytes: int | None
 
 
@@ -124,6 +129,7 @@ def enqueue(
     group_key: str | None = None,
     timeout: float | None = None,
     secrets: Mapping[str, str] | None = None,
+    after: Sequence[int] | None = None,
     max_payload_bytes: int | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
@@ -143,6 +149,9 @@ def enqueue(
     Secrets: `secrets={"api_token": …}` are sealed with the first key of
     `JOBDESK_ENCRYPTION_KEYS` (refused, naming the variable, when it is unset) and
     stored beside the job; a repeated idempotency key keeps the first job's secrets.
+
+    Dependencies: `after=[id, …]` holds the job (`waiting`) until every listed job
+    succeeded; a listed job that does not exist is refused.
     """
     _warn_unknown_settings()
     conn = connection_of(bind)
@@ -159,6 +168,10 @@ def enqueue(
     )
     row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
     sealed = {} if secrets is None else {0: seal_secrets(secrets, _configured_sealer)}
+    if after is not None:
+        waits_for = dependencies.check_after(after)
+        if waits_for:
+            return insert_prepared(conn, Prepared([row], sealed, {0: waits_for}))[0]
     return _insert(conn, [row], sealed)[0]
 
 
@@ -177,41 +190,111 @@ def enqueue_many(
     """
     _warn_unknown_settings()
     conn = connection_of(bind)
+    prepared = prepare(conn, new_jobs, max_payload_bytes=max_payload_bytes)
+    if prepared.after:
+        return insert_prepared(conn, prepared)
+    return _insert(conn, prepared.rows, prepared.sealed)
+
+
+class Prepared(NamedTuple):
+    """Validated jobs ready to insert: their rows, sealed secrets and `after=` ids, both
+    by row index."""
+
+    rows: list[JobRow]
+    sealed: dict[int, dict[str, str]]
+    after: dict[int, tuple[int, ...]]
+
+
+def prepare(
+    conn: sa.Connection,
+    new_jobs: Iterable[NewJob | Mapping[str, Any]],
+    *,
+    max_payload_bytes: int | None = None,
+    label: str = "jobs",
+) -> Prepared:
+    """Validate every job before anything is written (errors name `label[index].field`)."""
     limit = max_payload_bytes or _configured_payload_limit()
-    rows: list[JobRow] = []
-    sealed: dict[int, dict[str, str]] = {}
+    prepared = Prepared([], {}, {})
     previous: tuple[NewJob, _Options] | None = None
     for index, item in enumerate(new_jobs):
-        spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index)
+        spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index, label)
         try:
             # A batch mostly repeats one type with the same options: options that are
             # the very same objects as the previous job's were checked already.
             options = _same_options(spec, previous) or _options_for(conn, spec)
             previous = (spec, options)
-            rows.append(_row_for(conn, spec, limit, options))
+            prepared.rows.append(_row_for(conn, spec, limit, options))
             if spec.secrets is not None:
-                sealed[index] = seal_secrets(spec.secrets, _configured_sealer)
+                prepared.sealed[index] = seal_secrets(spec.secrets, _configured_sealer)
+            if spec.after is not None:
+                waits_for = dependencies.check_after(spec.after)
+                if waits_for:
+                    prepared.after[index] = waits_for
         except ValidationError as exc:
-            raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
-    return _insert(conn, rows, sealed)
+            raise ValidationError(f"{label}[{index}].{exc.field}", exc.message) from None
+    return prepared
+
+
+def insert_prepared(
+    conn: sa.Connection, prepared: Prepared, *, batch_id: int | None = None
+) -> list[int]:
+    """Insert prepared jobs (as children of `batch_id`); their ids in input order.
+
+    Jobs without `after=` go in together; each job with it goes alone, `waiting` for
+    the dependencies not yet succeeded, its dependency rows beside it."""
+    rows, sealed, after = prepared
+    ids: list[int] = [0] * len(rows)
+    together = [index for index in range(len(rows)) if index not in after]
+    if together:
+        placement = PLAIN if batch_id is None else Placement(batch_id=batch_id)
+        inserted = _insert(
+            conn,
+            [rows[index] for index in together],
+            {position: sealed[index] for position, index in enumerate(together) if index in sealed},
+            placement,
+        )
+        for index, job_id in zip(together, inserted, strict=True):
+            ids[index] = job_id
+    for index, waits_for in sorted(after.items()):
+        missing = dependencies.unmet(conn, waits_for)
+        placement = Placement(batch_id, waiting=missing > 0, waiting_for=missing or None)
+        job_ids, created = _insert_telling_new(
+            conn, [rows[index]], {0: sealed[index]} if index in sealed else {}, placement
+        )
+        dependencies.record(conn, created, waits_for)
+        ids[index] = job_ids[0]
+    return ids
 
 
 def _insert(
-    conn: sa.Connection, rows: list[JobRow], sealed: dict[int, dict[str, str]]
+    conn: sa.Connection,
+    rows: list[JobRow],
+    sealed: dict[int, dict[str, str]],
+    placement: Placement = PLAIN,
 ) -> list[int]:
     """Insert the rows; with them, the sealed secrets (by row index) and — inside a
     trace — the producer span's context, both only for jobs this call created."""
     if not rows:
         return []
-    if not in_span():  # the common case: nothing beside the rows but secrets
+    if placement == PLAIN and not in_span():  # the common case: nothing beside the rows
         if not sealed:
             return insert_rows(conn, rows)
         if len(rows) == 1:  # `enqueue(..., secrets=…)`: one round trip where it can
             return [insert_row_with_secrets(conn, rows[0], sealed[0])]
+    return _insert_telling_new(conn, rows, sealed, placement)[0]
+
+
+def _insert_telling_new(
+    conn: sa.Connection,
+    rows: list[JobRow],
+    sealed: dict[int, dict[str, str]],
+    placement: Placement,
+) -> tuple[list[int], set[int]]:
+    """`_insert` through the general path, telling which ids are new jobs."""
     types = {row.job_type for row in rows}
     job_type = rows[0].job_type if len(types) == 1 else "jobs"
     with producing(job_type, rows[0].queue, len(rows)) as producer:
-        ids, created = insert_rows_telling_new(conn, rows)
+        ids, created = insert_rows_telling_new(conn, rows, placement)
         if producer is not None:
             context = (producer.traceparent, producer.tracestate)
             keep_traces(conn, [(job_id, *context) for job_id in sorted(created)])
@@ -221,7 +304,7 @@ def _insert(
             if ids[index] in created and ids[index] not in kept:
                 kept[ids[index]] = values  # a key repeated in the batch: its first secrets
         store_sealed(conn, kept)
-        return ids
+        return ids, created
 
 
 @functools.cache
@@ -311,17 +394,17 @@ def _defaults_for(conn: sa.Connection, job_type: str) -> TypeDefaults:
 _SPEC_FIELDS = frozenset(NewJob.__dataclass_fields__)
 
 
-def _spec_from_mapping(item: object, index: int) -> NewJob:
+def _spec_from_mapping(item: object, index: int, label: str = "jobs") -> NewJob:
     if not isinstance(item, Mapping):
         raise ValidationError(
-            f"jobs[{index}]", f"must be a NewJob or a mapping, got {type(item).__name__}"
+            f"{label}[{index}]", f"must be a NewJob or a mapping, got {type(item).__name__}"
         )
     unknown = set(item) - _SPEC_FIELDS
     if unknown:
         shown = ", ".join(sorted(map(str, unknown)))
-        raise ValidationError(f"jobs[{index}]", f"unknown option(s): {shown}")
+        raise ValidationError(f"{label}[{index}]", f"unknown option(s): {shown}")
     if "job_type" not in item or "payload" not in item:
-        raise ValidationError(f"jobs[{index}]", "needs job_type and payload")
+        raise ValidationError(f"{label}[{index}]", "needs job_type and payload")
     return NewJob(**item)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import sqlalchemy as sa
 
 from jobdesk.shared.core.driver import driver
-from jobdesk.shared.core.driver.base import JobRow
+from jobdesk.shared.core.driver.base import PLAIN, JobRow, Placement
 from jobdesk.shared.core.errors import missing_schema
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
@@ -40,10 +40,11 @@ def insert_rows(conn: sa.Connection, rows: Sequence[JobRow]) -> list[int]:
 
 
 def insert_rows_telling_new(
-    conn: sa.Connection, rows: Sequence[JobRow]
+    conn: sa.Connection, rows: Sequence[JobRow], placement: Placement = PLAIN
 ) -> tuple[list[int], set[int]]:
     """`insert_rows`, and which of the ids are jobs this call created (not the holders
-    of keys that were taken): what is stored beside a job goes only with those."""
+    of keys that were taken): what is stored beside a job goes only with those.
+    `placement`: the new rows' batch and whether they start waiting."""
     if not rows:
         return [], set()
     fresh: list[JobRow] = []
@@ -58,7 +59,7 @@ def insert_rows_telling_new(
     # then take the unique index's entries in the same order and one waits for the
     # other instead of deadlocking (B17). Unkeyed rows keep their order (ids line up).
     fresh += [first_with_key[key] for key in sorted(first_with_key)]
-    unkeyed_ids, by_key = _insert(conn, fresh)
+    unkeyed_ids, by_key = _insert(conn, fresh, placement)
     created = {*unkeyed_ids, *by_key.values()}
     missing = [key for key in first_with_key if key not in by_key]
     for _ in range(_KEY_RETRIES):
@@ -69,7 +70,7 @@ def insert_rows_telling_new(
         if retry:
             # Their holder vanished between the conflict and the lookup (pruned or
             # rolled back): the key is free again, so insert them after all.
-            inserted = _insert(conn, retry)[1]
+            inserted = _insert(conn, retry, placement)[1]
             by_key.update(inserted)
             created.update(inserted.values())
         missing = [key for key in missing if key not in by_key]
@@ -100,10 +101,12 @@ def insert_row_with_secrets(conn: sa.Connection, row: JobRow, sealed: Mapping[st
     return insert_rows(conn, [row])[0]  # the key is taken: the holder's id
 
 
-def _insert(conn: sa.Connection, rows: Sequence[JobRow]) -> tuple[list[int], dict[str, int]]:
+def _insert(
+    conn: sa.Connection, rows: Sequence[JobRow], placement: Placement = PLAIN
+) -> tuple[list[int], dict[str, int]]:
     """(ids of the new unkeyed rows in input order, key → id of the new keyed rows)."""
     try:
-        return driver(conn).insert_jobs(conn, rows)
+        return driver(conn).insert_jobs(conn, rows, placement)
     except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
         missing = missing_schema(exc)
         if missing is not None:

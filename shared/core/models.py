@@ -122,6 +122,14 @@ class Job(Base):
     cancel_requested_at: Mapped[datetime | None]
     cancelled_by: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH))
     cancel_reason: Mapped[str | None] = mapped_column(sa.Text)
+    #: The batch (`jobdesk_batches`) this job is a child of; a triage retry copies it.
+    batch_id: Mapped[int | None] = mapped_column(BigId)
+    #: A `waiting` job's dependencies that have not succeeded yet (None: it waits for
+    #: its batch, as a callback, or does not wait).
+    waiting_for: Mapped[int | None] = mapped_column(sa.Integer)
+    #: Something reacts when this job ends: jobs enqueued `after=` it, or a `wait()`er.
+    #: The settle triggers look at flagged rows only (`jobdesk.shared.workflows.settle`).
+    watched: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
 
     __table_args__ = (
         sa.CheckConstraint(in_list("status", list(ALL_STATUSES)), name="status"),
@@ -215,6 +223,15 @@ class Job(Base):
             "status",
             "finished_at",
             postgresql_where=sa.text(_NOT_RUNNING),
+        ),
+        # A batch's children by status (its page, `ctx.batch.counts`); only children.
+        sa.Index(
+            "ix_jobdesk_jobs_batch_id",
+            "batch_id",
+            "status",
+            "id",
+            postgresql_where=sa.text("batch_id IS NOT NULL"),
+            sqlite_where=sa.text("batch_id IS NOT NULL"),
         ),
         sa.Index(
             "ix_jobdesk_jobs_retried_from_id",

@@ -31,20 +31,26 @@ def listen_url(engine: sa.Engine, configured: str | None) -> sa.URL | None:
     return engine.url
 
 
-def listen_connection(url: sa.URL, *, connect_timeout: float = 5.0) -> psycopg.Connection[Any]:
-    """Open a dedicated connection that listens on the enqueue channel."""
+def listen_connection(
+    url: sa.URL,
+    *,
+    connect_timeout: float = 5.0,
+    channel: str = NOTIFY_CHANNEL,
+    application_name: str = "jobdesk-listener",
+) -> psycopg.Connection[Any]:
+    """Open a dedicated connection that listens on `channel` (the enqueue channel)."""
     conn = psycopg.connect(
         url.set(drivername="postgresql").render_as_string(hide_password=False),
         autocommit=True,
         connect_timeout=max(1, int(connect_timeout)),
-        application_name="jobdesk-listener",
+        application_name=application_name,
         keepalives=1,
         keepalives_idle=10,
         keepalives_interval=5,
         keepalives_count=3,
     )
     try:
-        conn.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+        conn.execute(f'LISTEN "{channel}"')
     except BaseException:
         conn.close()
         raise

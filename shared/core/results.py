@@ -1,9 +1,14 @@
 """What became of a job, from the app's side: `job_result` reads it, `wait` blocks until
 it is final (`succeeded`, `dead` or `cancelled`).
 
-`wait` polls the job's row — every 50 ms at first, backing off to one second — on a
-connection it takes from the engine for each look and gives back in between, so a long
-wait holds no connection and no transaction. Its async twin is
+On PostgreSQL `wait` is woken by the database: it LISTENs on `jobdesk_settled` (a
+connection of its own, outside the engine's pool), flags the job `watched`, and the
+settle trigger notifies that channel in the transaction that makes the job final — no
+polling; it still looks every `NOTIFIED_RECHECK_SECONDS` in case a notification was
+lost with a connection. Behind PgBouncer (no LISTEN there) and on SQLite it polls the
+job's row — every 50 ms at first, backing off to one second — on a connection it takes
+from the engine for each look and gives back in between, so a long wait holds no
+connection and no transaction. Its async twin is
 `jobdesk.shared.core.results_async.wait_async`.
 """
 
@@ -14,15 +19,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
+from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.driver.settle_triggers import SETTLED_CHANNEL
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.core.notifications import listen_connection, listen_url
 from jobdesk.shared.core.states import FINAL, JobStatus
 
 __all__ = ["JobResult", "Waiting", "job_result", "wait"]
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 1.0
+#: A notified wait looks at the row this often anyway.
+NOTIFIED_RECHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,10 @@ class Waiting:
         self.delay = min(MAX_POLL_SECONDS, self.delay * 2)
         return delay
 
+    def left(self) -> float:
+        """Seconds until the deadline (at least 0)."""
+        return max(0.0, self.deadline - time.monotonic())
+
 
 def wait(engine: sa.Engine, job_id: int, *, timeout: float | None = 30.0) -> JobResult:
     """Block until job `job_id` is final and return its `JobResult`; `TimeoutError`
@@ -97,10 +112,42 @@ def wait(engine: sa.Engine, job_id: int, *, timeout: float | None = 30.0) -> Job
     a web request should rather enqueue and return (the job runs whatever happens to
     the request)."""
     waiting = Waiting(job_id, timeout)
-    while True:
-        with engine.connect() as conn:
-            found = job_result(conn, job_id)
-        delay = waiting.after(found)
-        if delay is None:
-            return found
-        time.sleep(delay)
+    with engine.connect() as conn:
+        found = job_result(conn, job_id)
+    if waiting.after(found) is None:
+        return found
+    listener = _settled_listener(engine)
+    if listener is None:
+        while True:
+            time.sleep(waiting.after(found) or 0.0)
+            with engine.connect() as conn:
+                found = job_result(conn, job_id)
+            if found.final:
+                return found
+    with listener:
+        with engine.begin() as conn:
+            driver(conn).watch_jobs(conn, [job_id])
+        while True:
+            with engine.connect() as conn:
+                found = job_result(conn, job_id)
+            if waiting.after(found) is None:
+                return found
+            wanted = str(job_id)
+            for note in listener.notifies(
+                timeout=min(NOTIFIED_RECHECK_SECONDS, waiting.left()), stop_after=1000
+            ):
+                if note.payload == wanted:
+                    break
+
+
+def _settled_listener(engine: sa.Engine) -> psycopg.Connection[Any] | None:
+    """A connection listening on the settle channel, where the database can notify."""
+    if not driver(engine).listens:
+        return None
+    url = listen_url(engine, None)
+    if url is None:
+        return None
+    try:
+        return listen_connection(url, channel=SETTLED_CHANNEL, application_name="jobdesk-wait")
+    except psycopg.Error:
+        return None  # polling still answers

@@ -36,6 +36,13 @@ class JobStatus(StrEnum):
     """Final: an operator stopped it — before it ran again, or while it ran (its worker
     stopped the handler). Only the pruner removes it."""
 
+    WAITING = "waiting"
+    """Held back until something else happened: the jobs it was enqueued `after=` all
+    succeeded (`waiting_for` counts those still missing), or — a batch callback — its
+    batch's children are all final or all succeeded. Moved out by the database in the
+    transaction of that last outcome (to `queued`; `jobdesk.shared.workflows.settle`) or
+    by an operator's cancel (also when a dependency is ignored or cancelled)."""
+
 
 class Resolution(StrEnum):
     """What an operator decided about a dead job (written on the dead row, never a state)."""
@@ -65,12 +72,15 @@ class AttemptOutcome(StrEnum):
 
 #: States a worker may claim from (subject to `next_run_at`).
 CLAIMABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED})
-#: States of a job that will still run or is running.
+#: States of a job in its queue that will still run or is running (the group key's order
+#: is among these; a `waiting` job joins them when it is released).
 ACTIVE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED})
 #: States nothing moves a job out of.
 FINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
 #: States an operator can cancel from at once.
-CANCELLABLE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.FAILED})
+CANCELLABLE: frozenset[JobStatus] = frozenset(
+    {JobStatus.QUEUED, JobStatus.FAILED, JobStatus.WAITING}
+)
 #: States an operator can ask to stop: the job's worker ends it `cancelled`.
 STOPPABLE: frozenset[JobStatus] = frozenset({JobStatus.RUNNING})
 #: Everything an operator's cancel applies to, at once or through the worker.
@@ -96,19 +106,22 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.CANCELLED,
         }
     ),
+    # the last dependency succeeded / the batch completed, or an operator's cancel
+    JobStatus.WAITING: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.DEAD: frozenset(),
     JobStatus.CANCELLED: frozenset(),
 }
 
 
-_Q, _R, _F, _S, _D, _C = (
+_Q, _R, _F, _S, _D, _C, _W = (
     JobStatus.QUEUED,
     JobStatus.RUNNING,
     JobStatus.FAILED,
     JobStatus.SUCCEEDED,
     JobStatus.DEAD,
     JobStatus.CANCELLED,
+    JobStatus.WAITING,
 )
 
 #: Every write of the core that moves jobs, by function name → (from-states, to-states):
@@ -132,6 +145,13 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     # A parked cancel request (its row was locked) applied by the reaper: a job back in
     # the queue by then is cancelled; a running one only gets the request (kept state).
     "apply_cancel_requests": (CANCELLABLE, frozenset({_C})),
+}
+
+#: The moves the database makes itself, by trigger name: `jobdesk.shared.workflows.settle`
+#: releases a waiting job in the transaction of the outcome that completes its batch or
+#: its last dependency.
+DATABASE_TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    "jobdesk_settle": (frozenset({_W}), frozenset({_Q})),
 }
 
 #: Writes that leave a job in its state, by function name → the states they apply to:

@@ -64,6 +64,20 @@ class JobRow(NamedTuple):
     timeout_seconds: float | None
 
 
+class Placement(NamedTuple):
+    """Where the rows of one `insert_jobs` call go, the same for all of them: a batch's
+    children carry its id; jobs that must wait (callbacks, dependents) start `waiting`,
+    a dependent with the count of its dependencies not yet succeeded."""
+
+    batch_id: int | None = None
+    waiting: bool = False
+    waiting_for: int | None = None
+
+
+#: Plain jobs: queued, in no batch.
+PLAIN = Placement()
+
+
 class Inserted(NamedTuple):
     """What `insert_jobs` made: ids of new rows without a key (input order) and
     key -> id of new rows with one (a key already taken is absent)."""
@@ -141,10 +155,13 @@ class Driver(ABC):
     # Every statement that writes `jobdesk_jobs` is in a driver (a test checks it).
 
     @abstractmethod
-    def insert_jobs(self, conn: sa.Connection, rows: Sequence[JobRow]) -> Inserted:
+    def insert_jobs(
+        self, conn: sa.Connection, rows: Sequence[JobRow], placement: Placement = PLAIN
+    ) -> Inserted:
         """Enqueue: insert `rows` in the caller's transaction, in input order (ids grow
         in that order); a row whose idempotency key is taken is left out. Wakes idle
-        workers of the rows' queues when the caller commits, where the database can."""
+        workers of the rows' queues when the caller commits, where the database can.
+        `placement`: their batch and whether they start `waiting`."""
 
     def insert_job_with_secrets(
         self, conn: sa.Connection, row: JobRow, sealed: Mapping[str, str]
@@ -345,6 +362,20 @@ class Driver(ABC):
             .returning(jobs.c.retried_from_id, jobs.c.id)
         )
         return dict(sorted((int(old), int(new)) for old, new in conn.execute(statement)))
+
+    def watch_jobs(self, conn: sa.Connection, ids: Sequence[int]) -> dict[int, str]:
+        """Flag jobs `watched` (something reacts when they end: the settle triggers look
+        at them), locking their rows; {id: status} of those that exist. On PostgreSQL an
+        outcome being written meanwhile is waited for and then read."""
+        if not ids:
+            return {}
+        rows = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(list(ids)))
+            .values(watched=True)
+            .returning(jobs.c.id, jobs.c.status)
+        ).all()
+        return {int(job_id): str(status) for job_id, status in rows}
 
     def set_payload(self, conn: sa.Connection, ids: Sequence[int], payload: Any) -> None:
         """Replace the payload of these (new, not yet claimed) jobs: a fixed retry's."""

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.driver.base import (
+    PLAIN,
     AttemptRef,
     ClaimBatch,
     ClaimFilter,
@@ -27,6 +28,7 @@ from jobdesk.shared.core.driver.base import (
     Inserted,
     JobRow,
     LeaseRenewal,
+    Placement,
 )
 from jobdesk.shared.core.driver.jobs_sql import (
     CANCELLED,
@@ -54,15 +56,20 @@ _INSERT_COLUMNS = (
 # up with the rows sent; the same statement notifies the batch's queues, so idle workers
 # wake when (and only when) the caller commits. A job without run_at is due at the
 # database clock, like a plain-SQL insert.
-def _insert_statement(also: str = "") -> sa.TextClause:
-    """The enqueue INSERT; `also`: more data-modifying CTEs over its new rows (`ins`)."""
+def _insert_statement(also: str = "", placed: bool = False) -> sa.TextClause:
+    """The enqueue INSERT; `also`: more data-modifying CTEs over its new rows (`ins`);
+    `placed`: the rows take `:status`, `:batch_id` and `:waiting_for` (a `Placement`)."""
+    columns, values = _INSERT_COLUMNS, ""
+    if placed:
+        columns += ", status, batch_id, waiting_for"
+        values = ", :status, CAST(:batch_id AS bigint), CAST(:waiting_for AS integer)"
     return sa.text(
         f"""
 WITH ins AS (
-    INSERT INTO jobdesk_jobs ({_INSERT_COLUMNS})
+    INSERT INTO jobdesk_jobs ({columns})
     SELECT r.e->>0, r.e->>1, r.e->2, (r.e->>3)::smallint, (r.e->>4)::integer,
            COALESCE((r.e->>5)::timestamptz, statement_timestamp()),
-           r.e->>6, r.e->>7, (r.e->>8)::double precision
+           r.e->>6, r.e->>7, (r.e->>8)::double precision{values}
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r(e, ord)
     ORDER BY r.ord
     ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL
@@ -81,6 +88,7 @@ FROM ins, wake
 
 
 _INSERT_JOBS = _insert_statement()
+_INSERT_PLACED_JOBS = _insert_statement(placed=True)
 #: One job and its sealed secrets in one round trip; a job whose key was taken inserts
 #: nothing, and so stores no secrets (the first job keeps its own).
 _INSERT_JOB_WITH_SECRETS = _insert_statement(
@@ -279,12 +287,20 @@ def _time(value: datetime | None) -> str | None:
 class PostgreSQLJobs(Driver):
     """The core verbs of `Driver` on PostgreSQL (`PostgreSQLDriver` adds the rest)."""
 
-    def insert_jobs(self, conn: sa.Connection, rows: Sequence[JobRow]) -> Inserted:
+    def insert_jobs(
+        self, conn: sa.Connection, rows: Sequence[JobRow], placement: Placement = PLAIN
+    ) -> Inserted:
         # One row of arrays instead of a row per job: a fraction of the fetch cost.
-        unkeyed, keyed_ids, keys = conn.execute(
-            _INSERT_JOBS,
-            {"rows": _rows_json(rows), "queues": sorted({row.queue for row in rows})},
-        ).one()
+        params: dict[str, Any] = {
+            "rows": _rows_json(rows),
+            "queues": [] if placement.waiting else sorted({row.queue for row in rows}),
+        }
+        statement = _INSERT_JOBS
+        if placement != PLAIN:
+            statement = _INSERT_PLACED_JOBS
+            params["status"] = (JobStatus.WAITING if placement.waiting else JobStatus.QUEUED).value
+            params["batch_id"], params["waiting_for"] = placement.batch_id, placement.waiting_for
+        unkeyed, keyed_ids, keys = conn.execute(statement, params).one()
         return Inserted(unkeyed or [], dict(zip(keys or (), keyed_ids or (), strict=True)))
 
     def insert_job_with_secrets(

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import sqlite
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.driver.base import (
+    PLAIN,
     AttemptRef,
     ClaimBatch,
     ClaimFilter,
@@ -28,6 +29,7 @@ from jobdesk.shared.core.driver.base import (
     Inserted,
     JobRow,
     LeaseRenewal,
+    Placement,
 )
 from jobdesk.shared.core.driver.jobs_sql import (
     CANCELLED_OUTCOME,
@@ -77,13 +79,23 @@ _ON_CONFLICT = (
 _NOW_SQL = str(utcnow().compile(dialect=sqlite.dialect()))
 _VALUES = f"(?, ?, ?, ?, ?, COALESCE(?, {_NOW_SQL}), ?, ?, ?)"
 _RUN_AT = JobRow._fields.index("run_at")
-_inserts: dict[int, str] = {}
+_inserts: dict[tuple[int, Placement], str] = {}
 
 
-def _insert_statement(count: int) -> str:
-    values = ", ".join([_VALUES] * count)
+def _insert_statement(shape: tuple[int, Placement]) -> str:
+    """The INSERT of `count` rows placed as `placement` (its values are ints and a
+    status name: written into the text, one statement per placement and count)."""
+    count, placement = shape
+    columns, row_values = _INSERT_COLUMNS, _VALUES
+    if placement != PLAIN:
+        status = JobStatus.WAITING if placement.waiting else JobStatus.QUEUED
+        batch = "NULL" if placement.batch_id is None else str(int(placement.batch_id))
+        waiting = "NULL" if placement.waiting_for is None else str(int(placement.waiting_for))
+        columns += ", status, batch_id, waiting_for"
+        row_values = f"{_VALUES[:-1]}, '{status.value}', {batch}, {waiting})"
+    values = ", ".join([row_values] * count)
     return (
-        f"INSERT INTO jobdesk_jobs ({_INSERT_COLUMNS}) VALUES {values} {_ON_CONFLICT} "
+        f"INSERT INTO jobdesk_jobs ({columns}) VALUES {values} {_ON_CONFLICT} "
         "RETURNING id, idempotency_key"
     )
 
@@ -161,7 +173,7 @@ UPDATE jobdesk_jobs SET {FAILED_SET.format(now=":now")}
 RETURNING jobdesk_jobs.id, jobdesk_jobs.status
 """
 _ATTEMPT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
-_attempt_inserts: dict[int, str] = {}
+_attempt_inserts: dict[tuple[int, Placement], str] = {}
 
 
 def _attempts_statement(count: int) -> str:
@@ -175,7 +187,9 @@ def _attempts_statement(count: int) -> str:
 class SQLiteJobs(Driver):
     """The core verbs of `Driver` on SQLite (`SQLiteDriver` adds the rest)."""
 
-    def insert_jobs(self, conn: sa.Connection, rows: Sequence[JobRow]) -> Inserted:
+    def insert_jobs(
+        self, conn: sa.Connection, rows: Sequence[JobRow], placement: Placement = PLAIN
+    ) -> Inserted:
         returned: list[tuple[int, str | None]] = []
         for start in range(0, len(rows), CHUNK):
             chunk = rows[start : start + CHUNK]
@@ -184,7 +198,10 @@ class SQLiteJobs(Driver):
                 params += row
                 if row.run_at is not None:  # the only datetime: SQLite stores UTC text
                     params[_RUN_AT - len(row)] = _time(row.run_at)
-            statement = _cached(_inserts, len(chunk), _insert_statement)
+            if placement == PLAIN:
+                statement = _cached(_inserts, (len(chunk), PLAIN), _insert_statement)
+            else:  # batch ids change from call to call: not worth keeping
+                statement = _insert_statement((len(chunk), placement))
             result = conn.exec_driver_sql(statement, tuple(params))
             returned += [(job_id, key) for job_id, key in result.all()]
         unkeyed = sorted(job_id for job_id, key in returned if key is None)

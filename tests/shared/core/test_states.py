@@ -5,6 +5,7 @@ import inspect
 from jobdesk.shared.core import claim, decisions, transitions
 from jobdesk.shared.core.states import (
     ALLOWED_TRANSITIONS,
+    DATABASE_TRANSITIONS,
     FINAL,
     STATE_KEEPING_WRITES,
     TRANSITIONS,
@@ -14,7 +15,7 @@ from jobdesk.shared.core.states import (
 
 
 def test_every_transition_function_stays_inside_the_lifecycle_table() -> None:
-    for name, (sources, targets) in TRANSITIONS.items():
+    for name, (sources, targets) in [*TRANSITIONS.items(), *DATABASE_TRANSITIONS.items()]:
         for source in sources:
             for target in targets:
                 assert is_allowed(source, target), f"{name}: {source} -> {target} not allowed"

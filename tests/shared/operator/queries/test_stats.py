@@ -71,6 +71,7 @@ def test_summary_is_json_ready(engine: sa.Engine) -> None:
         "failed": 1,
         "dead": 1,
         "cancelled": 0,
+        "waiting": 0,
     }
     assert data["by_queue"]["email"] == {"queued": 3, "dead": 1}
     assert data["by_type"]["webhook.deliver"] == {"failed": 1, "running": 1}
