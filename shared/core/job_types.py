@@ -32,6 +32,9 @@ BUILTIN_DEFAULTS: dict[str, TypeDefaults] = {
         queue="reports", priority=7, max_attempts=3, timeout_seconds=60
     ),
     "report.chunk": TypeDefaults(queue="reports", priority=7, max_attempts=5, timeout_seconds=300),
+    "report.assemble": TypeDefaults(
+        queue="reports", priority=7, max_attempts=5, timeout_seconds=300
+    ),
 }
 
 _registered: dict[str, TypeDefaults] = dict(BUILTIN_DEFAULTS)

@@ -57,6 +57,25 @@ def listen_connection(
     return conn
 
 
+async def listen_connection_async(
+    url: sa.URL, *, channel: str, application_name: str, connect_timeout: float = 5.0
+) -> psycopg.AsyncConnection[Any]:
+    """`listen_connection` for asyncio code (psycopg's async mode, whatever driver the
+    app's own engine uses)."""
+    conn = await psycopg.AsyncConnection.connect(
+        url.set(drivername="postgresql").render_as_string(hide_password=False),
+        autocommit=True,
+        connect_timeout=max(1, int(connect_timeout)),
+        application_name=application_name,
+    )
+    try:
+        await conn.execute(f'LISTEN "{channel}"')
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
 def wait_for_queues(conn: psycopg.Connection[Any], timeout: float) -> list[str]:
     """Queues that received jobs, waiting at most `timeout` seconds for the first one.
 

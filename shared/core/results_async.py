@@ -1,12 +1,19 @@
-"""`wait_async`: `wait` for asyncio code, on SQLAlchemy's asyncio extension."""
+"""`wait_async`: `wait` for asyncio code, on SQLAlchemy's asyncio extension. On
+PostgreSQL it is woken like `wait` (LISTEN on an async psycopg connection of its own);
+elsewhere it polls, with the event loop free between looks."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobdesk.shared.core.results import JobResult, Waiting, job_result
+from jobdesk.shared.core.driver import driver
+from jobdesk.shared.core.driver.settle_triggers import SETTLED_CHANNEL
+from jobdesk.shared.core.notifications import listen_connection_async, listen_url
+from jobdesk.shared.core.results import NOTIFIED_RECHECK_SECONDS, JobResult, Waiting, job_result
 
 __all__ = ["wait_async"]
 
@@ -23,10 +30,45 @@ async def wait_async(
             f"{type(engine).__name__}; with a sync Engine call wait(...)"
         )
     waiting = Waiting(job_id, timeout)
-    while True:
-        async with engine.connect() as conn:
-            found = await conn.run_sync(job_result, job_id)
-        delay = waiting.after(found)
-        if delay is None:
-            return found
-        await asyncio.sleep(delay)
+    async with engine.connect() as conn:
+        found = await conn.run_sync(job_result, job_id)
+    if waiting.after(found) is None:
+        return found
+    listener = await _settled_listener(engine)
+    if listener is None:
+        while True:
+            await asyncio.sleep(waiting.after(found) or 0.0)
+            async with engine.connect() as conn:
+                found = await conn.run_sync(job_result, job_id)
+            if found.final:
+                return found
+    async with listener:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: driver(sync).watch_jobs(sync, [job_id]))
+        wanted = str(job_id)
+        while True:
+            async with engine.connect() as conn:
+                found = await conn.run_sync(job_result, job_id)
+            if waiting.after(found) is None:
+                return found
+            async for note in listener.notifies(
+                timeout=min(NOTIFIED_RECHECK_SECONDS, waiting.left()), stop_after=1000
+            ):
+                if note.payload == wanted:
+                    break
+
+
+async def _settled_listener(engine: AsyncEngine) -> psycopg.AsyncConnection[Any] | None:
+    """An async connection listening on the settle channel, where the database can
+    notify (PostgreSQL, not behind PgBouncer); None: poll."""
+    if not driver(engine.sync_engine).listens:
+        return None
+    url = listen_url(engine.sync_engine, None)
+    if url is None:
+        return None
+    try:
+        return await listen_connection_async(
+            url, channel=SETTLED_CHANNEL, application_name="jobdesk-wait"
+        )
+    except psycopg.Error:
+        return None  # polling still answers

@@ -1,13 +1,12 @@
 """Report runs: fan-out bookkeeping, exactly-once assembly and operator actions.
 
-A `report.generate` job creates a `report_runs` row and, in the same transaction, one
-`report.chunk` job per slice (idempotency key `report:<run>:chunk:<i>`). Each chunk
-stores its result once (`report_chunk_results` primary key (run_id, chunk_index); a
-re-run finds it there) and bumps the run's counters in the same transaction. The chunk
-whose increment makes `chunks_done == chunks_total` claims the assembly with a
-compare-and-set `running → assembling` in that same transaction — two chunks finishing
-at once are serialised by the row lock (PostgreSQL) or the write lock (SQLite), so
-exactly one of them sees the final count and assembles.
+A `report.generate` job creates a `report_runs` row and, in the same transaction, a
+batch of one `report.chunk` job per slice (idempotency key `report:<run>:chunk:<i>`)
+whose `on_success` callback is `report.assemble`. Each chunk stores its result once
+(`report_chunk_results` primary key (run_id, chunk_index); a re-run finds it there) and
+bumps the run's counters in the same transaction. The batch releases the assembly once,
+when every chunk succeeded; it claims the run with a compare-and-set `running →
+assembling`, so a re-run of the assembly finishes it rather than starting over.
 
 Progress (`chunks_done/chunks_total`, rows) lives on the run and is mirrored into the
 parent job's `progress`. `retry_failed_chunks` and `cancel_remaining` are the
@@ -32,6 +31,7 @@ from jobdesk.shared.core.masking import sanitize_error
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import CANCELLABLE, JobStatus, sql_values
 from jobdesk.shared.reports.models import ReportRunStatus, report_chunk_results, report_runs
+from jobdesk.shared.workflows.batches import waiting_success_callbacks
 
 RUNNING, ASSEMBLING = ReportRunStatus.RUNNING, ReportRunStatus.ASSEMBLING
 SUCCEEDED, FAILED = ReportRunStatus.SUCCEEDED, ReportRunStatus.FAILED
@@ -315,9 +315,10 @@ def cancel_remaining(conn: sa.Connection, run_id: int, *, actor: str, now: datet
     run = require_run(conn, run_id)
     if run["status"] in (SUCCEEDED, CANCELLED):
         raise ConflictError(f"report run {run_id} is already {run['status']}")
-    pending = [
-        row["id"] for row in chunk_jobs(conn, run_id) if row["status"] in sql_values(CANCELLABLE)
-    ]
+    chunks = chunk_jobs(conn, run_id)
+    pending = [row["id"] for row in chunks if row["status"] in sql_values(CANCELLABLE)]
+    # The assembly waits for the batch of chunks: it will not be needed.
+    pending += waiting_success_callbacks(conn, [row["id"] for row in chunks])
     cancelled = cancel(
         conn,
         pending,

@@ -46,6 +46,7 @@ from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.models import job_tombstones
 from jobdesk.shared.settings.retention import RetentionPolicy
+from jobdesk.shared.workflows.models import batches
 
 
 def cutoff(now: datetime, days: float) -> datetime:
@@ -157,6 +158,28 @@ def prune_unowned_effects_batch(
         ).scalars()
     )
     return Batch(_delete_ids(conn, effects, ids, guard), ids[-1] if ids else None)
+
+
+def prune_batches_batch(
+    conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
+) -> Batch:
+    """Delete batches created before `older_than` none of whose jobs is left: every
+    child and callback was pruned with its own retention (a batch outlives its jobs only
+    as long as one of them is kept)."""
+    child = sa.exists().where(jobs.c.batch_id == batches.c.id)
+    callback = sa.exists().where(
+        jobs.c.id.in_([batches.c.on_success_job_id, batches.c.on_finish_job_id])
+    )
+    guard = sa.and_(batches.c.created_at < older_than, ~child, ~callback)
+    ids = list(
+        conn.execute(
+            sa.select(batches.c.id)
+            .where(guard, batches.c.id > after_id)
+            .order_by(batches.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    return Batch(_delete_ids(conn, batches, ids, guard), ids[-1] if ids else None)
 
 
 _TOMBSTONE_COLUMNS = (

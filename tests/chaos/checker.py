@@ -164,7 +164,7 @@ def check(
             verdict.bad("attempts over max", f"{where}: {row.attempts}/{row.max_attempts}")
         elif status is JobStatus.RUNNING:
             verdict.bad("stuck running", where)
-        elif status in (JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED):
+        elif status in (JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.WAITING):
             verdict.bad("unfinished", f"{where}: {status} ({(row.last_error or '')[:120]})")
         elif status is JobStatus.DEAD:
             if item.dies and applied == 0:

@@ -60,6 +60,7 @@ from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import ABORTS, MAX_ATTEMPTS, metadata
+from tests.chaos.workflows import WORKFLOW_CLASSES, Unit, check_units, enqueue_unit
 from tests.pgbouncer import PgBouncer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,6 +124,7 @@ class ChaosRun:
         self.sink: SmtpSink | None = None
         self.fleet: Fleet | None = None
         self.planned: list[Planned] = []
+        self.units: list[Unit] = []
         self.planned_lock = threading.Lock()
         self.figures = Figures()
         self.failures: list[str] = []
@@ -317,9 +319,31 @@ class ChaosRun:
                 for (spec, dies), job_id in zip(specs, ids, strict=True):
                     assert spec.idempotency_key is not None
                     self.planned.append(Planned(spec.idempotency_key, job_id, spec.job_type, dies))
+            every = self.profile.workflows
+            for index in indexes if every else ():
+                if index % every == 0 and not self._enqueue_unit(index):
+                    break
             done += len(specs)
         self.marks["enqueued"] = time.time()
         self._enqueue_done.set()
+
+    def _enqueue_unit(self, index: int) -> bool:
+        """One workflow unit, retried (found by its key) while the database is away."""
+        assert self.engine is not None
+        key = f"chaos-{self.seed}-wf{index}"
+        ms = random.Random(self.seed * 1_000_003 + index).randint(5, 60)
+        while not self._abort.is_set():
+            try:
+                unit = enqueue_unit(self.engine, key, ms)
+            except sa.exc.DBAPIError:
+                self.figures.enqueue_errors += 1
+                time.sleep(0.2)
+                continue
+            with self.planned_lock:
+                self.units.append(unit)
+                self.planned.extend(unit.planned())
+            return True
+        return False
 
     # ================================================================== schedule
     def _schedule(self) -> list[Event]:
@@ -606,7 +630,7 @@ class ChaosRun:
                     conn.execute(
                         sa.select(sa.func.count())
                         .select_from(jobs)
-                        .where(jobs.c.status.in_(sql_values(ACTIVE)))
+                        .where(jobs.c.status.in_([*sql_values(ACTIVE), "waiting"]))
                     ).scalar_one()
                 )
         except sa.exc.DBAPIError:
@@ -694,6 +718,13 @@ class ChaosRun:
         if len(planned) < self.profile.jobs:
             self.failures.append(f"only {len(planned)} of {self.profile.jobs} jobs enqueued")
         verdict = check(self.engine, planned, self.receiver, self.sink)
+        with self.planned_lock:
+            check_units(self.engine, list(self.units), verdict)
+        for job_class, count in verdict.classes.items():
+            if job_class in WORKFLOW_CLASSES and count:
+                verdict.failures.append(
+                    f"{count} {job_class}: " + "; ".join(verdict.examples[job_class])
+                )
         self._throughput()
         self._count_faults(verdict)
         if self.partitions is not None:
@@ -829,6 +860,9 @@ class ChaosRun:
         stuck = verdict.classes["stuck running"] + verdict.classes["unfinished"]
         double = verdict.classes["effect applied twice"] + verdict.classes["completed twice"]
         lines.append(f"lost: {lost}  stuck: {stuck}  applied twice: {double}")
+        if self.units:
+            shown = "  ".join(f"{name}: {verdict.classes[name]}" for name in WORKFLOW_CLASSES)
+            lines.append(f"workflows: {len(self.units)} batches + after= chains; {shown}")
         lines.append(
             f"doubled same-database effects: {verdict.doubled_effects}  attempts spent by "
             f"database trouble: {verdict.db_attempts} (handlers' own database work failed "

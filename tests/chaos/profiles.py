@@ -62,6 +62,9 @@ class Profile:
     termination_period: float = 0.5
     max_connections: int = 300
     """The private server's `max_connections` (small where it is to be exhausted)."""
+    workflows: int = 0
+    """One workflow unit (a batch with callbacks and an `after=` chain, see
+    `tests.chaos.workflows`) per this many plain jobs; 0: none."""
 
     @property
     def duration(self) -> float:
@@ -109,6 +112,7 @@ PROFILES: dict[str, Profile] = {
         terminations=2,
         receiver_faults=6,
         budget=300.0,
+        workflows=50,
     ),
     # The same faults through PgBouncer (transaction pooling), kept short for CI: server
     # restarts and terminated server connections behind the pooler, workers killed and
@@ -222,5 +226,6 @@ PROFILES: dict[str, Profile] = {
         stops=1,
         receiver_faults=2,
         budget=180.0,
+        workflows=40,
     ),
 }

@@ -1,17 +1,20 @@
-"""`report.generate` and `report.chunk`: reports that fan out, show progress and are
-assembled exactly once.
+"""`report.generate`, `report.chunk` and `report.assemble`: reports that fan out as a
+batch, show progress and are assembled exactly once.
 
 `report.generate` — payload `{"report": "activity", "params": {...}, "requested_by":
 "ana"}` — validates the request, creates a `report_runs` row, plans keyset slices of
-at most `JOBDESK_REPORT_CHUNK_ROWS` source rows (default 5000) and enqueues one
-`report.chunk` job per slice, all in one transaction: either the whole fan-out exists
-or none of it. Re-running the same job finds its run and does not fan out twice.
+at most `JOBDESK_REPORT_CHUNK_ROWS` source rows (default 5000) and enqueues them as one
+batch (`enqueue_batch`): a `report.chunk` child per slice and `report.assemble` as its
+`on_success` callback, all in one transaction — either the whole fan-out exists or none
+of it. Re-running the same job finds its run and does not fan out twice.
 
-`report.chunk` aggregates its slice in the database, stores the result once, and the
-chunk that completes the count assembles the CSV (`JOBDESK_REPORTS_DIR`, default
-`./reports`, file `<report>-<run id>.csv`) from the stored chunk results, written to a
+`report.chunk` aggregates its slice in the database and stores the result once. When
+every chunk succeeded, the batch releases `report.assemble` (in the transaction of the
+last chunk's success), which merges the stored results into the CSV
+(`JOBDESK_REPORTS_DIR`, default `./reports`, file `<report>-<run id>.csv`), written to a
 temporary file and renamed into place. A chunk that fails retries on its own; when a
-chunk gives up, the run is marked `failed` (the dashboard can retry its failed chunks).
+chunk gives up, the run is marked `failed` (the dashboard can retry its failed chunks:
+a retried chunk takes the dead one's place in the batch, so the assembly still follows).
 Each chunk runs under the type's hard timeout (300 s) and checks `ctx.cancelled`.
 """
 
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jobdesk.shared.core.clock import db_now
-from jobdesk.shared.core.enqueue import NewJob, enqueue_many
+from jobdesk.shared.core.enqueue import NewJob
 from jobdesk.shared.core.errors import PermanentError, Snooze, ValidationError
 from jobdesk.shared.core.retry import ExponentialBackoff
 from jobdesk.shared.reports import runs as reports
@@ -35,6 +38,7 @@ from jobdesk.shared.reports.definitions import (
     get_report,
     plan_slices,
 )
+from jobdesk.shared.workflows.batches import enqueue_batch
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.jobs.config import jobs_config
 from jobdesk.worker.registry import job
@@ -80,7 +84,9 @@ def generate_report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
             now=now,
         )
         slices = plan_slices(conn, definition, params, cfg.report_chunk_rows)
-        enqueue_many(
+        # A run without slices is a batch without children: the assembly is released
+        # at once and writes a file with the header only.
+        enqueue_batch(
             conn,
             [
                 NewJob(
@@ -90,11 +96,10 @@ def generate_report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
                 )
                 for index, (after, upto) in enumerate(slices)
             ],
+            on_success=NewJob("report.assemble", {"run_id": run_id}),
+            name=f"report {definition.name} run {run_id}",
         )
         reports.set_chunks_total(conn, run_id, len(slices))
-        empty = not slices and reports.claim_assembly(conn, run_id)
-    if empty:
-        assemble(ctx, run_id, definition)
     ctx.log.info(
         "report %s run %s: %d chunks",
         definition.name,
@@ -147,19 +152,29 @@ def _run_chunk(ctx: JobContext, run_id: int, index: int, after: int, upto: int) 
             raise TimeoutError("chunk stopped before it started (cancelled)")
         with ctx.engine.begin() as conn:
             rows, groups = aggregate_slice(conn, definition, params, after, upto)
-            progress = reports.record_chunk_result(
+            reports.record_chunk_result(
                 conn, run_id, index, rows=rows, data={"groups": groups}, now=db_now(conn)
             )
-            claimed = progress.complete and reports.claim_assembly(conn, run_id)
-    else:
-        with ctx.engine.connect() as conn:
-            current = reports.require_run(conn, run_id)
-        # A re-run of the chunk that claimed the assembly and then died: finish it.
-        claimed = current["status"] == reports.ASSEMBLING
-    result: dict[str, Any] = {"run_id": run_id, "chunk": index, "rows": rows}
-    if claimed:
-        result["assembled"] = assemble(ctx, run_id, definition)
-    return result
+    return {"run_id": run_id, "chunk": index, "rows": rows}
+
+
+@job("report.assemble", backoff=CHUNK_BACKOFF)
+def assemble_report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The batch's `on_success`: every chunk succeeded; assemble the run's file once."""
+    run_id = _int_field(payload, "run_id")
+    with ctx.engine.begin() as conn:
+        run = reports.get_run(conn, run_id)
+        if run is None:
+            raise PermanentError(f"report run {run_id} does not exist")
+        if run["status"] in (reports.SUCCEEDED, reports.CANCELLED):
+            return {"run_id": run_id, "skipped": f"run {run['status']}"}
+        # Compare-and-set `running -> assembling`; a re-run (its worker died while
+        # assembling) finds it assembling and finishes it.
+        claimed = reports.claim_assembly(conn, run_id) or run["status"] == reports.ASSEMBLING
+    if not claimed:
+        raise RuntimeError(f"report run {run_id} is {run['status']}, not ready to assemble")
+    definition = _definition(run["report"])
+    return {"run_id": run_id, "assembled": assemble(ctx, run_id, definition)}
 
 
 #: A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV

@@ -75,6 +75,17 @@ def run_once(engine: sa.Engine, now: datetime | None, settings: Settings) -> Pru
             )
 
         _drain(engine, name, prune_jobs, policy, result)
+    if policy.succeeded_days is not None:
+        older_batches = retention.cutoff(now, policy.succeeded_days)
+        _drain(
+            engine,
+            "emptied_batches",
+            lambda conn, after: retention.prune_batches_batch(
+                conn, older_batches, after_id=after, limit=policy.batch_size
+            ),
+            policy,
+            result,
+        )
     if policy.alerts_days is not None:
         older = retention.cutoff(now, policy.alerts_days)
         _drain(

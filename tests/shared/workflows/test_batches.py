@@ -135,3 +135,27 @@ def test_bad_batches_are_refused_before_anything_is_written(engine: sa.Engine) -
             enqueue_batch(conn, children(1), on_finish={"job_type": "wf.done", "payload": 3})
         assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar() == 0
         assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 0
+
+
+def test_retention_prunes_a_batch_once_its_jobs_are_gone(
+    engine: sa.Engine, reg: Registry
+) -> None:
+    from datetime import timedelta
+
+    from jobdesk.shared.retention.pruning import prune_batches_batch
+
+    with engine.begin() as conn:
+        gone = enqueue_batch(conn, children(2), **callbacks())
+        kept = enqueue_batch(conn, children(1), **callbacks())
+    drain(engine, registry=reg)
+    later = now() + timedelta(days=1)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.delete(jobs).where(
+                jobs.c.id.in_([*gone.job_ids, gone.on_success_job_id, gone.on_finish_job_id])
+            )
+        )
+        assert prune_batches_batch(conn, now() - timedelta(days=1)).deleted == 0  # too young
+        assert prune_batches_batch(conn, later).deleted == 1
+        left = conn.execute(sa.select(batches.c.id)).scalars().all()
+    assert left == [kept.id]

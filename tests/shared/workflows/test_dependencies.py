@@ -6,17 +6,21 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
+import anyio
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from jobdesk import NewJob, ValidationError, enqueue, enqueue_many, wait
+from jobdesk import NewJob, ValidationError, enqueue, enqueue_many, wait, wait_async
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.decisions import cancel, ignore_dead, requeue_dead
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.workflows.dependencies import dependencies_of, why_waiting
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.testing import drain
+from tests.asyncdb import async_url
 from tests.shared.workflows.conftest import Seen, declare_worker, now, status
 
 
@@ -140,3 +144,33 @@ def test_wait_is_woken_when_the_job_ends(engine: sa.Engine, reg: Registry) -> No
     assert time.monotonic() - started < 10
     if engine.dialect.name == "postgresql":
         assert len(reads) <= 6, reads  # polling would have looked 5+ times by 2.5 s
+
+
+def test_wait_async_is_woken_when_the_job_ends(
+    engine: sa.Engine, db_url: str, reg: Registry
+) -> None:
+    """`wait_async` on PostgreSQL (asyncpg engine, psycopg listener) is woken the same way."""
+    driver_name = "aiosqlite" if db_url.startswith("sqlite") else "asyncpg"
+    async_engine = create_async_engine(async_url(db_url, driver_name))
+    with engine.begin() as conn:
+        a = enqueue(conn, "wf.step", {"name": "a"})
+    reads: list[str] = []
+
+    @sa.event.listens_for(async_engine.sync_engine, "before_cursor_execute")
+    def count(*args: object) -> None:
+        statement = str(args[2])
+        if statement.lstrip().upper().startswith("SELECT") and "jobdesk_jobs" in statement:
+            reads.append(statement)
+
+    threading.Timer(2.5, lambda: drain(engine, registry=reg)).start()
+
+    async def scenario() -> Any:
+        try:
+            return await wait_async(async_engine, a, timeout=30)
+        finally:
+            await async_engine.dispose()
+
+    found = anyio.run(scenario)
+    assert found.result == "a"
+    if engine.dialect.name == "postgresql":
+        assert len(reads) <= 6, reads

@@ -1,5 +1,6 @@
-"""`report.generate` / `report.chunk`: fan-out over keyset slices, progress, exactly-once
-assembly (also under concurrent completion), retries, operator actions — both DBs."""
+"""`report.generate` / `report.chunk` / `report.assemble`: fan-out over keyset slices as a
+batch, progress, exactly-once assembly (also under concurrent completion), retries,
+operator actions — both DBs."""
 
 from __future__ import annotations
 
@@ -208,12 +209,16 @@ def test_concurrent_chunk_jobs_through_the_worker_assemble_once(engine: sa.Engin
     run = run_of(engine, job_id)
     assert run["status"] == "succeeded"
     with engine.connect() as conn:
-        chunk_results = conn.execute(
-            sa.select(jobs.c.result).where(jobs.c.job_type == "report.chunk")
-        ).scalars()
-        assembled = [r for r in chunk_results if r and "assembled" in r]
-    assert len(assembled) == 1
-    assert sum(r.succeeded for r in results) == run["chunks_total"]
+        assemblies = conn.execute(
+            sa.select(jobs.c.id, jobs.c.attempts, jobs.c.result).where(
+                jobs.c.job_type == "report.assemble"
+            )
+        ).all()
+    # The batch released its on_success once: one assembly, run once.
+    assert len(assemblies) == 1
+    assert assemblies[0].attempts == 1
+    assert "assembled" in assemblies[0].result
+    assert sum(r.succeeded for r in results) == run["chunks_total"] + 1
 
 
 FLAKY: dict[str, int] = {"failures_left": 0}
@@ -294,7 +299,12 @@ def test_cancel_remaining_stops_the_run(engine: sa.Engine) -> None:
     run_id = run_of(engine, job_id)["id"]
     with engine.begin() as conn:
         cancelled = cancel_remaining(conn, run_id, actor="ana", now=db_now(conn))
-    assert len(cancelled) == 3
+    with engine.connect() as conn:
+        assembly = conn.execute(
+            sa.select(jobs.c.id).where(jobs.c.job_type == "report.assemble")
+        ).scalar_one()
+    assert len(cancelled) == 4  # the three chunks not run, and the assembly they held
+    assert assembly in cancelled
     drain(engine, queues=REPORTS)
     run = run_of(engine, job_id)
     assert run["status"] == "cancelled"

@@ -1,0 +1,87 @@
+"""A 300-child batch drained by two worker processes while one is SIGKILLed: every child
+succeeds, each callback is released exactly once and after the last child, and the
+callbacks' `ctx.batch` shows the batch and 300 succeeded (both databases). And `after=`
+chains run in order across workers."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import sqlalchemy as sa
+
+from jobdesk import NewJob, enqueue, enqueue_batch
+from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.workflows.models import batches
+from tests.worker.procs import Workers, statuses, wait_for
+
+pytestmark = pytest.mark.slow
+
+MODULE = "tests.worker.jobmods.batchy"
+CHILDREN = 300
+
+
+def succeeded(engine: sa.Engine) -> int:
+    return statuses(engine).get("succeeded", 0)
+
+
+def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> None:
+    with engine.begin() as conn:
+        batch = enqueue_batch(
+            conn,
+            [NewJob("t.batch_child", {"n": n}) for n in range(CHILDREN)],
+            on_success=NewJob("t.batch_callback", {"kind": "success"}),
+            on_finish=NewJob("t.batch_callback", {"kind": "finish"}),
+            name="killed worker",
+        )
+    doomed = procs.start("--jobs", MODULE, "--concurrency", "8")
+    procs.start("--jobs", MODULE, "--concurrency", "8")
+    wait_for(lambda: succeeded(engine) >= 60, 60)
+    doomed.signal(signal.SIGKILL)
+    wait_for(lambda: succeeded(engine) >= CHILDREN + 2, 120, interval=0.2)
+    procs.cleanup()
+
+    assert statuses(engine) == {"succeeded": CHILDREN + 2}
+    callbacks = [batch.on_success_job_id, batch.on_finish_job_id]
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(batches).where(batches.c.id == batch.id)).one()
+        last_child = conn.execute(
+            sa.select(sa.func.max(jobs.c.finished_at)).where(jobs.c.batch_id == batch.id)
+        ).scalar_one()
+        ran = conn.execute(
+            sa.select(jobs.c.id, jobs.c.started_at, jobs.c.result).where(jobs.c.id.in_(callbacks))
+        ).all()
+        callback_attempts = conn.execute(
+            sa.select(job_attempts.c.job_id, sa.func.count())
+            .where(job_attempts.c.job_id.in_(callbacks))
+            .group_by(job_attempts.c.job_id)
+        ).all()
+    assert (row.total, row.finished, row.succeeded) == (CHILDREN, CHILDREN, CHILDREN)
+    # Released once each (one attempt, nothing rescued), after the last child ended.
+    assert sorted(n for _, n in callback_attempts) == [1, 1]
+    for _, started_at, result in ran:
+        assert started_at >= last_child
+        assert result["batch"] == batch.id
+        assert result["counts"] == {"succeeded": CHILDREN}
+        assert result["results"] == list(range(CHILDREN))
+
+
+def test_a_chain_runs_in_order_across_workers(engine: sa.Engine, procs: Workers) -> None:
+    with engine.begin() as conn:
+        previous: list[int] = []
+        chain = []
+        for step in range(6):
+            job_id = enqueue(conn, "t.chain_step", {"step": step}, after=previous or None)
+            chain.append(job_id)
+            previous = [job_id]
+    procs.start("--jobs", MODULE, "--concurrency", "4")
+    procs.start("--jobs", MODULE, "--concurrency", "4")
+    wait_for(lambda: succeeded(engine) >= len(chain), 60, interval=0.1)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(jobs.c.id, jobs.c.started_at, jobs.c.finished_at)
+            .where(jobs.c.id.in_(chain))
+            .order_by(jobs.c.id)
+        ).all()
+    for before, after in zip(rows, rows[1:], strict=False):
+        assert after.started_at >= before.finished_at
