@@ -7,6 +7,7 @@ happen inside the commands so `jobdesk --help` stays fast.
 
 from __future__ import annotations
 
+from jobdesk.cli import batches as _batches  # noqa: F401  (registers its commands)
 from jobdesk.cli import check as _check  # noqa: F401  (registers its commands)
 from jobdesk.cli import core as _core  # noqa: F401  (registers its commands)
 from jobdesk.cli import dashboard_cmds as _dashboard  # noqa: F401  (registers its commands)

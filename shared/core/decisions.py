@@ -212,14 +212,13 @@ def cancel(
     subject: str | None = None,
 ) -> list[int]:
     """Stop queued, retrying or waiting jobs from running again; returns the ones
-    cancelled. The jobs waiting `after=` them are cancelled too (each audited)."""
+    cancelled. What waited for them is cancelled too (each audited): the jobs enqueued
+    `after=` them and, for a batch child, its batch's `on_success`."""
     if not job_ids:
         return []
     cancelled = _cancel_rows(conn, job_ids, actor=actor, reason=reason, asked_at=now, now=now)
     _audit_cancel(conn, cancelled, actor=actor, reason=reason, now=now, subject=subject)
-    dependencies.cancel_dependents(
-        conn, cancelled, actor=actor, why=_waited_for(cancelled, "was cancelled", reason), now=now
-    )
+    _cancel_what_waits(conn, cancelled, actor=actor, verb="was cancelled", reason=reason, now=now)
     return cancelled
 
 
@@ -288,6 +287,7 @@ def request_cancel(
         subject=subject,
         details={"while_running": True},
     )
+    _cancel_what_waits(conn, asked, actor=actor, verb="is being cancelled", reason=reason, now=now)
     return asked
 
 

@@ -5,6 +5,7 @@ chains run in order across workers."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 
 import pytest
@@ -83,5 +84,5 @@ def test_a_chain_runs_in_order_across_workers(engine: sa.Engine, procs: Workers)
             .where(jobs.c.id.in_(chain))
             .order_by(jobs.c.id)
         ).all()
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert after.started_at >= before.finished_at

@@ -137,9 +137,7 @@ def test_bad_batches_are_refused_before_anything_is_written(engine: sa.Engine) -
         assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 0
 
 
-def test_retention_prunes_a_batch_once_its_jobs_are_gone(
-    engine: sa.Engine, reg: Registry
-) -> None:
+def test_retention_prunes_a_batch_once_its_jobs_are_gone(engine: sa.Engine, reg: Registry) -> None:
     from datetime import timedelta
 
     from jobdesk.shared.retention.pruning import prune_batches_batch
@@ -159,3 +157,17 @@ def test_retention_prunes_a_batch_once_its_jobs_are_gone(
         assert prune_batches_batch(conn, later).deleted == 1
         left = conn.execute(sa.select(batches.c.id)).scalars().all()
     assert left == [kept.id]
+
+
+def test_cancelling_one_child_cancels_on_success_but_on_finish_still_runs(
+    engine: sa.Engine, reg: Registry, seen: Seen
+) -> None:
+    from jobdesk.shared.core.decisions import cancel
+
+    with engine.begin() as conn:
+        batch = enqueue_batch(conn, children(3), **callbacks())
+        cancel(conn, [batch.job_ids[2]], actor="ana", reason="not this one", now=now())
+        assert status(conn, batch.on_success_job_id or 0) == "cancelled"
+    drain(engine, registry=reg)
+    assert seen.kinds().count("finish") == 1
+    assert "success" not in seen.kinds()
