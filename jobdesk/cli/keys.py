@@ -58,5 +58,6 @@ def rotate(ctx: click.Context, batch: int) -> None:
                 click.echo(f"  {done:,} sealed again …", err=True)
     except KeysError as exc:
         # What was sealed again before stays so; a rerun goes over it harmlessly.
-        raise click.ClickException(f"{exc} ({done:,} sealed again before this)") from None
+        before = f" ({done:,} sealed again before this)" if done else ""
+        raise click.ClickException(f"{exc}{before}") from None
     click.echo(f"{done:,} secret{'s' if done != 1 else ''} sealed with the first key")

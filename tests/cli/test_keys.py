@@ -48,6 +48,7 @@ def test_rotate_seals_every_secret_with_the_first_key(
     code, out = run(db_url, "rotate", keys=NEW)  # the old key is missing from the list
     assert code == 1
     assert "cannot be opened with any key of JOBDESK_ENCRYPTION_KEYS" in out
+    assert "sealed again before this" not in out  # nothing was: nothing to say
 
     code, out = run(db_url, "rotate", "--batch", "3", keys=f"{NEW},{OLD}")
     assert code == 0, out
