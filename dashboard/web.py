@@ -22,6 +22,7 @@ from jobdesk.dashboard.state import get_state
 from jobdesk.dashboard.views import (
     alerts,
     audit,
+    batches,
     dead,
     endpoints,
     health,
@@ -58,6 +59,7 @@ bp = Blueprint(
 for child in (
     overview,
     jobs,
+    batches,
     dead,
     triage_actions,
     secrets,

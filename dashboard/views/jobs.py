@@ -1,6 +1,7 @@
 """The jobs list (filters, error search, keyset pages, bookmarkable URLs) and one job's
-page (masked payload, attempts, deliveries, report progress, lineage, group lane,
-audit), plus a small status badge that polls only while the job is still active.
+page (masked payload, attempts, deliveries, report progress, lineage, its batch and
+dependencies, group lane, audit), plus a small status badge that polls only while the
+job is still active.
 
 The list is live without moving rows: it polls `news` ("3 new since you loaded —
 show", and the shown rows' status swapped in place), and a list of the jobs one action
@@ -18,6 +19,8 @@ from jobdesk.dashboard.forms import request_filters
 from jobdesk.dashboard.htmx import is_htmx, render
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
+from jobdesk.dashboard.statuses import SHOWN_STATUSES
+from jobdesk.dashboard.workflow import waiting_line
 from jobdesk.shared.core.document_masking import mask_document_text
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
@@ -61,6 +64,7 @@ from jobdesk.shared.operator.queries.totals import (
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.secrets.store import secret_names
 from jobdesk.shared.tracing.store import trace_of
+from jobdesk.shared.workflows.queries import job_workflow
 
 bp = Blueprint("jobs", __name__)
 
@@ -109,7 +113,7 @@ def list_context(
         "before": before,
         "total": total,
         "choices": choices,
-        "statuses": [str(s) for s in JobStatus],
+        "statuses": SHOWN_STATUSES,
         "resolutions": [UNRESOLVED, *(str(r) for r in Resolution)],
         "sorts": SORTS,
         "page_sizes": PAGE_SIZES,
@@ -231,6 +235,7 @@ def detail(job_id: int) -> Any:
                 now=now,
             )
         holds = holds_for_job(conn, job_id, now=now)
+        workflow = job_workflow(conn, job_id, found.job["status"])
         secrets = secret_names(conn, job_id)
         trace = trace_of(conn, job_id)
     return render(
@@ -240,6 +245,8 @@ def detail(job_id: int) -> Any:
         now=now,
         final=found.job["status"] in FINAL,
         holds=holds,
+        workflow=workflow,
+        waiting=waiting_line(workflow),
         secrets=secrets,
         trace_id=trace.trace_id if trace else None,
         trace_url=_trace_url(trace.trace_id if trace else None),

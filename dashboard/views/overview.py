@@ -14,10 +14,11 @@ from jobdesk.dashboard import auth, db
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
+from jobdesk.dashboard.statuses import SHOWN_STATUSES
 from jobdesk.shared.alerts import store as alert_store
 from jobdesk.shared.core.leader import LEADER, current_lease
 from jobdesk.shared.core.queues import paused_queues
-from jobdesk.shared.core.states import CLAIMABLE, JobStatus
+from jobdesk.shared.core.states import CLAIMABLE
 from jobdesk.shared.core.worker_registry import list_workers
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries.dead_letters import dead_trend, unresolved_dead_count
@@ -32,7 +33,7 @@ bp = Blueprint("overview", __name__)
 
 #: A due job waiting longer than this is shown as a warning.
 STALE_QUEUE_SECONDS = 300
-STATUS_ORDER = [str(s) for s in JobStatus]
+STATUS_ORDER = SHOWN_STATUSES
 WAITING = frozenset(str(s) for s in CLAIMABLE)
 
 

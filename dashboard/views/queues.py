@@ -14,8 +14,8 @@ from jobdesk.dashboard.actions import Done, action
 from jobdesk.dashboard.htmx import render
 from jobdesk.dashboard.refresh import chosen_refresh
 from jobdesk.dashboard.state import get_state
+from jobdesk.dashboard.statuses import SHOWN_STATUSES
 from jobdesk.shared.core.queues import pause_queue, resume_queue
-from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.operator.commands.triage import REASON_MAX_CHARS
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries.queues import queue_summaries
@@ -23,7 +23,7 @@ from jobdesk.shared.operator.queries.queues import queue_summaries
 bp = Blueprint("queues", __name__)
 
 #: Columns of the state counts, in lifecycle order.
-SHOWN_STATES = [str(s) for s in JobStatus]
+SHOWN_STATES = SHOWN_STATUSES
 
 
 @bp.get("/queues")

@@ -183,6 +183,9 @@ class JobFilters:
     #: The jobs made by the action that wrote audit entry #N (e.g. every retry of one
     #: bulk "Retry all"), so the flash after an action can link to exactly those.
     from_audit: int | None = None
+    #: The children of batch #N (`jobdesk_batches`): how a batch's page hands "retry
+    #: all dead children" to the bulk preview, and links its children to the list.
+    batch: int | None = None
     #: Webhook deliveries to this endpoint (query argument `webhook`: Flask's `url_for`
     #: takes `endpoint` for itself).
     endpoint: str | None = None
@@ -248,6 +251,7 @@ class JobFilters:
             group_of=parse_positive_int("group_of", _single(args, "group_of")),
             key_of=parse_positive_int("key_of", _single(args, "key_of")),
             from_audit=parse_positive_int("from_audit", _single(args, "from_audit")),
+            batch=parse_positive_int("batch", _single(args, "batch")),
             endpoint=_name(args, "webhook"),
             held=_choice(args, "held", HOLD_FILTERS),
             payload=payload,

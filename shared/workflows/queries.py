@@ -187,6 +187,37 @@ def dependency_graph(conn: sa.Connection, job_ids: Sequence[int]) -> dict[str, A
     return {"nodes": nodes, "edges": sorted(edges)}
 
 
+def graph_members(conn: sa.Connection, batch_id: int, *, limit: int = GRAPH_LIMIT) -> list[int]:
+    """The batch's children that were enqueued `after=` other jobs, in id order, at most
+    `limit`: the dependents a batch's graph draws (ask for one more than it draws to
+    know whether it is capped). Children without a dependency are edges of no chain."""
+    has_dependency = sa.exists().where(job_dependencies.c.job_id == jobs.c.id)
+    return list(
+        conn.execute(
+            sa.select(jobs.c.id)
+            .where(jobs.c.batch_id == batch_id, has_dependency)
+            .order_by(jobs.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+
+
+def undecided_dead(conn: sa.Connection, batch_id: int) -> int:
+    """How many of the batch's children are dead and still need a decision (what its
+    "retry all dead children" would retry)."""
+    return int(
+        conn.execute(
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(
+                jobs.c.batch_id == batch_id,
+                jobs.c.status == JobStatus.DEAD.value,
+                jobs.c.resolution.is_(None),
+            )
+        ).scalar_one()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class JobWorkflow:
     """A job's place in workflows, for its page: its batch (as child or callback), what

@@ -58,8 +58,9 @@ def test_list_newest_first_with_pages_and_json(
 ) -> None:
     with engine.begin() as conn:
         first = enqueue_batch(conn, children(3, fail=frozenset({1})), name="nightly 2030-06-01")
+    drain(engine, registry=reg)  # the first batch's three children
+    with engine.begin() as conn:
         second = enqueue_batch(conn, children(2))
-    drain(engine, registry=reg, max_jobs=3)  # the first batch's three children
 
     code, out = run(db_url, "batches", "list")
     assert code == 0

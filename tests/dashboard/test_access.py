@@ -28,6 +28,9 @@ EXPECTED_ROLES = {
     "jobdesk.jobs.news": "viewer",
     "jobdesk.jobs.progress": "viewer",
     "jobdesk.jobs.raw_document": "operator",
+    "jobdesk.batches.index": "viewer",
+    "jobdesk.batches.detail": "viewer",
+    "jobdesk.batches.cancel": "operator",
     "jobdesk.dead.index": "viewer",
     "jobdesk.dead.news": "viewer",
     "jobdesk.dead.bulk_preview": "operator",
@@ -89,6 +92,7 @@ GET_PAGES = [
     "/queues",
     "/schedules",
     "/workers",
+    "/batches",
 ]
 OPERATOR_GETS = [
     "/jobs/1/fix",

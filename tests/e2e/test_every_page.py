@@ -7,7 +7,8 @@ behind the charts, the password forms).
 Every table has rows: on top of the signup story, the CRM webhook has its deliveries and
 an open breaker, the reports queue is paused, the nightly report has run once, the
 failed report is ignored with its run shown, the bounced email is fixed and retried (a
-payload diff in the audit log), and one account is disabled.
+payload diff in the audit log), one account is disabled, and a batch runs with a dead
+child and its parts enqueued `after=` an extract (its graph drawn).
 
 The pages are the ones the navigation offers an admin (so a new page is covered the day
 it gets a nav link) plus the detail pages a person lands on from them. The screenshots
@@ -43,6 +44,7 @@ from tests.e2e.screens import (
     out_of_reach,
     screen_problems,
 )
+from tests.e2e.test_batches_pages import SeededBatch, seed_batch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
 
@@ -56,7 +58,7 @@ def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[tuple[Any, 
         yield page, f"{width}-{scheme}"
 
 
-def fill_every_table(engine: sa.Engine, seeded: Seeded) -> None:
+def fill_every_table(engine: sa.Engine, seeded: Seeded) -> SeededBatch:
     """Rows for the tables the signup story leaves empty (see the module docstring)."""
     now = datetime.now(UTC)
     crm_job = seeded.crm_dead[0]
@@ -102,6 +104,7 @@ def fill_every_table(engine: sa.Engine, seeded: Seeded) -> None:
         run_now(conn, "report.nightly", actor="ada", now=now, reason="Rerun after the fix")
         add_operator(conn, "lee", PASSWORD, "viewer", now=now)
         set_disabled(conn, "lee", True, now=now, actor="ada")
+    return seed_batch(engine)
 
 
 def nav_pages(page: Any) -> dict[str, str]:
@@ -130,18 +133,20 @@ def test_every_page_fits_a_phone_and_passes_axe(
 ) -> None:
     page, mode = screen
     base, seeded = live_server
-    fill_every_table(engine, seeded)
+    batch = fill_every_table(engine, seeded)
     folder = screenshot_dir / "pages"
     folder.mkdir(exist_ok=True)
     page.goto(f"{base}/login")
     problems = check(page, "login", mode, folder)
     log_in(page, base, "ada")
     pages = nav_pages(page)
-    assert {"overview", "jobs", "dead-letters", "queues", "workers"} <= set(pages)
+    assert {"overview", "jobs", "batches", "dead-letters", "queues", "workers"} <= set(pages)
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
     pages["job-report"] = f"{base}/jobs/{seeded.report_dead}"
     pages["jobs-dead"] = f"{base}/jobs?status=dead"
     pages["settings"] = f"{base}/settings"
+    pages["batch"] = f"{base}/batches/{batch.id}"
+    pages["job-waiting"] = f"{base}/jobs/{batch.on_success}"
     for name, url in pages.items():
         page.goto(url)
         problems += check(page, name, mode, folder)

@@ -131,6 +131,8 @@ def filter_conditions(
             conditions.append(column == same.scalar_subquery())
     if filters.from_audit is not None:
         conditions.append(jobs.c.id.in_(jobs_made_by_action(filters.from_audit)))
+    if filters.batch is not None:
+        conditions.append(jobs.c.batch_id == filters.batch)
     since, until = filters.window(now)
     column = {
         "created": jobs.c.created_at,
