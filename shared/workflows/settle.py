@@ -22,7 +22,9 @@ batches wait for each other instead of deadlocking; a counter row per batch, upd
 once per statement, not per child.
 
 SQLite: row triggers whose WHEN clause lets only batch children and watched jobs in (one
-writer at a time, so nothing races).
+writer at a time, so nothing races); each ending child updates its batch's counters, and
+only the counter update that completes the batch releases the callbacks (a trigger on
+`jobdesk_batches`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def drop_ddl(bind: sa.Connection) -> tuple[str, ...]:
         ),
         sqlite=(
             "DROP TRIGGER IF EXISTS jobdesk_settle_batch",
+            "DROP TRIGGER IF EXISTS jobdesk_settle_callbacks",
             "DROP TRIGGER IF EXISTS jobdesk_settle_dependents",
         ),
     )

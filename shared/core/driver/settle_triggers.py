@@ -137,6 +137,7 @@ _SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 
 #: The SQLite triggers: one per reason a job's end matters.
 SQLITE_DDL: tuple[str, ...] = (
+    # Per child that ends: its batch's counters (the one statement every child pays)...
     f"""CREATE TRIGGER jobdesk_settle_batch AFTER UPDATE OF status ON jobdesk_jobs
 WHEN NEW.batch_id IS NOT NULL AND NEW.status IN ({_FINAL}) AND OLD.status NOT IN ({_FINAL})
 BEGIN
@@ -144,15 +145,17 @@ BEGIN
        SET finished = finished + 1, succeeded = succeeded + (NEW.status = '{_SUCCEEDED}'),
            finished_at = CASE WHEN finished + 1 >= total THEN {_SQLITE_NOW} ELSE finished_at END
      WHERE id = NEW.batch_id;
+END""",
+    # ... and the callbacks, only by the counter update that completes the batch.
+    f"""CREATE TRIGGER jobdesk_settle_callbacks AFTER UPDATE OF finished ON jobdesk_batches
+WHEN NEW.finished >= NEW.total AND OLD.finished < NEW.finished
+BEGIN
     UPDATE jobdesk_jobs
        SET status = '{_QUEUED}', updated_at = {_SQLITE_NOW},
            next_run_at = max(next_run_at, {_SQLITE_NOW})
      WHERE status = '{_WAITING}' AND id IN (
-           SELECT on_finish_job_id FROM jobdesk_batches
-            WHERE id = NEW.batch_id AND finished >= total
-           UNION ALL
-           SELECT on_success_job_id FROM jobdesk_batches
-            WHERE id = NEW.batch_id AND succeeded >= total);
+           NEW.on_finish_job_id,
+           CASE WHEN NEW.succeeded >= NEW.total THEN NEW.on_success_job_id END);
 END""",
     f"""CREATE TRIGGER jobdesk_settle_dependents AFTER UPDATE OF status ON jobdesk_jobs
 WHEN NEW.watched AND NEW.status = '{_SUCCEEDED}' AND OLD.status <> '{_SUCCEEDED}'
