@@ -35,9 +35,9 @@ def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> 
             on_finish=NewJob("t.batch_callback", {"kind": "finish"}),
             name="killed worker",
         )
-    # 6-s leases: the killed worker's jobs are rescued after that; a loaded machine
+    # 4-s leases: the killed worker's jobs are rescued after that; a loaded machine
     # stalling a live worker for 2 s (the usual test lease) would rescue its jobs too.
-    slow_lease = {"JOBDESK_LEASE_SECONDS": "6", "JOBDESK_HEARTBEAT_SECONDS": "1"}
+    slow_lease = {"JOBDESK_LEASE_SECONDS": "4", "JOBDESK_HEARTBEAT_SECONDS": "0.8"}
     doomed = procs.start("--jobs", MODULE, "--concurrency", "8", env=slow_lease)
     procs.start("--jobs", MODULE, "--concurrency", "8", env=slow_lease)
     wait_for(lambda: succeeded(engine) >= 60, 60)
@@ -60,6 +60,10 @@ def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> 
                 job_attempts.c.job_id.in_(callbacks)
             )
         ).all()
+        rescued = conn.execute(
+            sa.select(sa.func.count()).where(job_attempts.c.outcome == "lost")
+        ).scalar_one()
+    assert rescued > 0  # the killed worker held children: the reaper gave them back
     assert (row.total, row.finished, row.succeeded) == (CHILDREN, CHILDREN, CHILDREN)
     # Each released once, after the last child ended, and completed once: one success
     # each; any other attempt is the reaper rescuing a stalled one (the lease at work).
