@@ -39,9 +39,11 @@ from jobdesk.shared.core.effects import Reservation, reserve_effect
 from jobdesk.shared.core.models import EffectState, effects, jobs
 from jobdesk.shared.limits.breakers import CLOSED, BreakerView
 from jobdesk.shared.limits.models import circuit_breakers
+from jobdesk.shared.secrets.models import job_secrets
 from jobdesk.shared.webhooks.deliveries import DeliveryOrigin
 from jobdesk.shared.webhooks.endpoints import Endpoint
 from jobdesk.shared.webhooks.models import webhook_endpoints
+from jobdesk.shared.webhooks.secret_headers import SECRET_HEADER_PREFIX
 
 _ENDPOINT_FIELDS = tuple(f.name for f in fields(Endpoint))
 _BREAKER_FIELDS = tuple(f.name for f in fields(BreakerView) if f.name != "key")
@@ -60,6 +62,8 @@ class Preflight:
     reservation: Reservation | None = None
     """With a lease token: the key is this attempt's (`mine`) or already done; None
     when `reserve_effect` must decide (see the module)."""
+    secret_headers: bool = False
+    """The job carries secrets named `header.<Name>` (sent as request headers)."""
 
 
 # Built once: a statement object reused with new parameters skips SQLAlchemy's
@@ -77,6 +81,14 @@ _STATEMENT = (
         effects.c.state.label("effect_state"),
         effects.c.job_id.label("effect_job_id"),
         effects.c.detail.label("effect_detail"),
+        # Only a job that carries header secrets reads (and opens) its secrets.
+        sa.exists()
+        .where(
+            job_secrets.c.job_id == jobs.c.id,
+            # Inline, not bound: the statement runs on psycopg with only the named params.
+            job_secrets.c.name.like(sa.literal_column(f"'{SECRET_HEADER_PREFIX}%'")),
+        )
+        .label("secret_headers"),
     )
     .select_from(
         jobs.outerjoin(webhook_endpoints, webhook_endpoints.c.name == sa.bindparam("endpoint"))
@@ -165,7 +177,15 @@ def preflight(
     reservation = None
     if lease_token is not None:
         reservation = _reservation(conn, row, effect_key, JobRef(job_id, lease_token, 0, ""))
-    return Preflight(endpoint_row, origin, row["now"], effect, breaker, reservation)
+    return Preflight(
+        endpoint_row,
+        origin,
+        row["now"],
+        effect,
+        breaker,
+        reservation,
+        bool(row["secret_headers"]),
+    )
 
 
 def _reservation(

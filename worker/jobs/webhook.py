@@ -69,6 +69,7 @@ from jobdesk.shared.webhooks.deliveries import (
 )
 from jobdesk.shared.webhooks.endpoints import Endpoint, disable_endpoint
 from jobdesk.shared.webhooks.preflight import Preflight, preflight
+from jobdesk.shared.webhooks.secret_headers import SecretHeaderError, secret_headers
 from jobdesk.shared.webhooks.signing import signed_headers
 from jobdesk.shared.webhooks.ssrf import ResolutionError, UnsafeURLError, VettedTarget, check_url
 from jobdesk.worker.context import EFFECT_WAIT_SECONDS, JobContext
@@ -350,10 +351,20 @@ def _get_ready(payload: dict[str, Any], ctx: JobContext) -> _Ready | dict[str, A
     delivery = Delivery(ctx, cfg, endpoint, key, webhook_id(key), clock)
     try:
         target, headers, encoded = _prepare(delivery, facts.breaker, payload, event, origin)
+        if facts.secret_headers:
+            headers = {**headers, **_secret_headers(ctx)}
     except BaseException:
-        ctx.release(key)  # nothing was sent: held, bad data or an unsafe URL
+        ctx.release(key)  # nothing was sent: held, bad data, an unsafe URL or header
         raise
     return _Ready(delivery, target, headers, encoded)
+
+
+def _secret_headers(ctx: JobContext) -> dict[str, str]:
+    """The job's `header.*` secrets as request headers (see `secret_headers`)."""
+    try:
+        return secret_headers(ctx.secrets)
+    except SecretHeaderError as exc:
+        raise PermanentError(str(exc)) from None
 
 
 def _prepare(

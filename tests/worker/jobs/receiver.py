@@ -26,7 +26,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -48,6 +48,8 @@ class Seen:
     body: bytes
     host: str = ""
     traceparent: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Every request header, names lower-cased."""
 
 
 class Receiver(LocalPostServer):
@@ -94,6 +96,7 @@ class Receiver(LocalPostServer):
                     body,
                     headers.get("host", ""),
                     headers.get("traceparent", ""),
+                    headers,
                 )
             )
             self.deliveries[msg_id] += 1
