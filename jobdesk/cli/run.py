@@ -261,14 +261,24 @@ def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Sett
 
 @contextlib.contextmanager
 def _metrics(settings: Settings) -> Iterator[RecordOutcome | None]:
-    """Serve metrics while the worker runs, when a port is configured; yields the
-    completer's hook (None: metrics off, nothing is recorded)."""
+    """Serve metrics while the worker runs, when a port is configured, and count them as
+    OpenTelemetry metrics too when a meter provider is; yields the completer's hook
+    (None: metrics off, nothing is recorded)."""
+    from jobdesk.shared.tracing.otel import outcome_recorder
     from jobdesk.worker.metrics import metrics_address, record_outcome, start_metrics_server
 
+    otel = outcome_recorder()
     address = metrics_address(settings)
     if address is None:
-        yield None
+        yield otel
         return
+    hook: RecordOutcome = record_outcome
+    if otel is not None:
+
+        def hook(job_type: str, outcome: str, seconds: float) -> None:
+            record_outcome(job_type, outcome, seconds)
+            otel(job_type, outcome, seconds)
+
     host, port = address
     try:
         server = start_metrics_server(port, host)
@@ -284,6 +294,6 @@ def _metrics(settings: Settings) -> Iterator[RecordOutcome | None]:
         extra={"action": "metrics_listening", "host": host, "port": server.port},
     )
     try:
-        yield record_outcome
+        yield hook
     finally:
         server.stop()

@@ -9,12 +9,18 @@ linked to it when the job waited longer than `JOBDESK_TRACE_LINK_AFTER_SECONDS` 
 that starts days after its parent makes the request's trace unreadable). Attributes
 follow the messaging semantic conventions; a failed attempt's span gets an `exception`
 event with the error as Jobdesk records it (masked) and status ERROR.
+
+Metrics (`outcome_recorder`): when a real meter provider is configured in the worker,
+each finished attempt is also counted as OpenTelemetry metrics — `jobdesk.worker.jobs`
+(attempts, by `jobdesk.job_type` and `jobdesk.outcome`) and
+`jobdesk.worker.job.duration` (seconds, by `jobdesk.job_type`) — the same figures the
+worker's Prometheus port serves.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,16 +40,17 @@ class Api:
     trace: ModuleType
     propagate: ModuleType
     context: ModuleType
+    metrics: ModuleType
 
 
 @functools.cache
 def api() -> Api | None:
     """OpenTelemetry's API modules, imported on first use; None when not installed."""
     try:
-        from opentelemetry import context, propagate, trace
+        from opentelemetry import context, metrics, propagate, trace
     except ImportError:
         return None
-    return Api(trace, propagate, context)
+    return Api(trace, propagate, context, metrics)
 
 
 _tracers: dict[int, tuple[Any, Any]] = {}
@@ -199,3 +206,30 @@ def inject_headers(headers: dict[str, str]) -> None:
     found = _in_span()
     if found is not None:
         found.propagate.inject(headers)
+
+
+def outcome_recorder() -> Callable[[str, str, float], None] | None:
+    """`record(job_type, outcome, seconds)` counting finished attempts as OpenTelemetry
+    metrics, when a real meter provider is configured; None otherwise (nothing to do)."""
+    found = api()
+    if found is None:
+        return None
+    metrics = found.metrics
+    provider = metrics.get_meter_provider()
+    if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__ == (
+        "_ProxyMeterProvider"
+    ):
+        return None
+    meter = provider.get_meter(TRACER_NAME)
+    attempts = meter.create_counter(
+        "jobdesk.worker.jobs", unit="{attempt}", description="Job attempts finished"
+    )
+    duration = meter.create_histogram(
+        "jobdesk.worker.job.duration", unit="s", description="Duration of job attempts"
+    )
+
+    def record(job_type: str, outcome: str, seconds: float) -> None:
+        attempts.add(1, {"jobdesk.job_type": job_type, "jobdesk.outcome": outcome})
+        duration.record(max(0.0, seconds), {"jobdesk.job_type": job_type})
+
+    return record

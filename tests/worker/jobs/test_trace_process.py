@@ -1,6 +1,7 @@
 """One trace from the app's request to a real worker process (its OpenTelemetry SDK set
 up from the standard `OTEL_*` environment by `opentelemetry-instrument`) and on to the
-webhook receiver, which sees `traceparent` of that trace."""
+webhook receiver, which sees `traceparent` of that trace; the worker's metrics come out
+of the same SDK."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def test_the_request_the_worker_and_the_receiver_share_one_trace(
         "JOBDESK_DATABASE_URL": db_url,
         "OTEL_SERVICE_NAME": "jobdesk-worker",
         "OTEL_TRACES_EXPORTER": "console",
-        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "console",
+        "OTEL_METRIC_EXPORT_INTERVAL": "500",
         "OTEL_LOGS_EXPORTER": "none",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -86,7 +88,9 @@ def test_the_request_the_worker_and_the_receiver_share_one_trace(
     (seen,) = receiver.seen
     assert seen.traceparent.split("-")[1] == trace_id
     (process,) = [
-        s for s in console_spans(log_path.read_text()) if s["name"] == "process webhook.deliver"
+        s
+        for s in console_spans(log_path.read_text())
+        if s.get("name") == "process webhook.deliver"
     ]
     assert process["kind"] == "SpanKind.CONSUMER"
     assert process["context"]["trace_id"] == f"0x{trace_id}"
@@ -96,3 +100,18 @@ def test_the_request_the_worker_and_the_receiver_share_one_trace(
     assert attributes["messaging.message.id"] == str(job_id)
     assert attributes["messaging.destination.name"] == "webhooks"
     assert attributes["jobdesk.outcome"] == "succeeded"
+    # The worker's metrics, as OpenTelemetry metrics through the same SDK.
+    points = [
+        (metric["name"], point["attributes"], point.get("value"))
+        for block in console_spans(log_path.read_text())
+        for resource in block.get("resource_metrics", [])
+        for scope in resource["scope_metrics"]
+        for metric in scope["metrics"]
+        for point in metric["data"]["data_points"]
+    ]
+    assert (
+        "jobdesk.worker.jobs",
+        {"jobdesk.job_type": "webhook.deliver", "jobdesk.outcome": "succeeded"},
+        1,
+    ) in points
+    assert any(name == "jobdesk.worker.job.duration" for name, _, _ in points)
