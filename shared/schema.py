@@ -10,6 +10,7 @@ from jobdesk.shared.alerts import models as _alerts
 from jobdesk.shared.core import attempt_cleanup as _attempt_cleanup
 from jobdesk.shared.core import audit as _audit
 from jobdesk.shared.core import job_counts as _job_counts
+from jobdesk.shared.core import job_keys as _job_keys
 from jobdesk.shared.core import payload_terms as _payload_terms
 from jobdesk.shared.core.models import metadata
 from jobdesk.shared.history import models as _history
@@ -34,6 +35,7 @@ _TABLE_MODULES = (
     _audit,
     _history,
     _job_counts,
+    _job_keys,
     _limits,
     _operator,
     _payload_terms,

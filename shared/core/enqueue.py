@@ -19,13 +19,15 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session
 
-from jobdesk.shared.core import validation
+from jobdesk.shared.core import job_keys, validation
+from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.driver.base import PLAIN, Placement
 from jobdesk.shared.core.enqueue_sql import (
     NOTIFY_CHANNEL,
@@ -78,6 +80,11 @@ class NewJob:
     secrets: Mapping[str, str] | None = None
     #: Job ids this job waits for: it runs once every one of them succeeded.
     after: Sequence[int] | None = None
+    #: With `idempotency_key`: the key deduplicates for this many seconds only.
+    unique_for: float | None = None
+    #: With `idempotency_key`: one job, run this many seconds after the latest enqueue,
+    #: with the latest payload (`job_keys`).
+    debounce: float | None = None
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -93,6 +100,8 @@ class EnqueueOptions(TypedDict, total=False):
     timeout: float | None
     secrets: Mapping[str, str] | None
     after: Sequence[int] | None
+    unique_for: float | None
+    debounce: float | None
     max_payload_bytes: int | None
 
 
@@ -130,6 +139,8 @@ def enqueue(
     timeout: float | None = None,
     secrets: Mapping[str, str] | None = None,
     after: Sequence[int] | None = None,
+    unique_for: float | None = None,
+    debounce: float | None = None,
     max_payload_bytes: int | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
@@ -152,6 +163,10 @@ def enqueue(
 
     Dependencies: `after=[id, …]` holds the job (`waiting`) until every listed job
     succeeded; a listed job that does not exist is refused.
+
+    Windows (with `idempotency_key`): `unique_for=S` deduplicates for S seconds only;
+    `debounce=S` keeps one queued job, moved to S seconds after the latest enqueue and
+    given its payload (see `job_keys`).
     """
     _warn_unknown_settings()
     conn = connection_of(bind)
@@ -167,11 +182,17 @@ def enqueue(
         timeout,
     )
     row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
+    waits_for = dependencies.check_after(after)
+    window = _window_for(row, unique_for, debounce, secrets, waits_for)
     sealed = {} if secrets is None else {0: seal_secrets(secrets, _configured_sealer)}
-    if after is not None:
-        waits_for = dependencies.check_after(after)
-        if waits_for:
-            return insert_prepared(conn, Prepared([row], sealed, {0: waits_for}))[0]
+    if waits_for or window:
+        prepared = Prepared(
+            [row],
+            sealed,
+            {0: waits_for} if waits_for else {},
+            {0: window} if window is not None else {},
+        )
+        return insert_prepared(conn, prepared)[0]
     return _insert(conn, [row], sealed)[0]
 
 
@@ -191,18 +212,19 @@ def enqueue_many(
     _warn_unknown_settings()
     conn = connection_of(bind)
     prepared = prepare(conn, new_jobs, max_payload_bytes=max_payload_bytes)
-    if prepared.after:
+    if prepared.after or prepared.windows:
         return insert_prepared(conn, prepared)
     return _insert(conn, prepared.rows, prepared.sealed)
 
 
 class Prepared(NamedTuple):
-    """Validated jobs ready to insert: their rows, sealed secrets and `after=` ids, both
-    by row index."""
+    """Validated jobs ready to insert: their rows, and by row index their sealed secrets,
+    `after=` ids and key windows (`unique_for` / `debounce`)."""
 
     rows: list[JobRow]
     sealed: dict[int, dict[str, str]]
     after: dict[int, tuple[int, ...]]
+    windows: dict[int, job_keys.Window]
 
 
 def prepare(
@@ -214,7 +236,7 @@ def prepare(
 ) -> Prepared:
     """Validate every job before anything is written (errors name `label[index].field`)."""
     limit = max_payload_bytes or _configured_payload_limit()
-    prepared = Prepared([], {}, {})
+    prepared = Prepared([], {}, {}, {})
     previous: tuple[NewJob, _Options] | None = None
     for index, item in enumerate(new_jobs):
         spec = item if isinstance(item, NewJob) else _spec_from_mapping(item, index, label)
@@ -224,12 +246,16 @@ def prepare(
             options = _same_options(spec, previous) or _options_for(conn, spec)
             previous = (spec, options)
             prepared.rows.append(_row_for(conn, spec, limit, options))
+            waits_for = dependencies.check_after(spec.after)
+            if waits_for:
+                prepared.after[index] = waits_for
+            window = _window_for(
+                prepared.rows[-1], spec.unique_for, spec.debounce, spec.secrets, waits_for
+            )
+            if window is not None:
+                prepared.windows[index] = window
             if spec.secrets is not None:
                 prepared.sealed[index] = seal_secrets(spec.secrets, _configured_sealer)
-            if spec.after is not None:
-                waits_for = dependencies.check_after(spec.after)
-                if waits_for:
-                    prepared.after[index] = waits_for
         except ValidationError as exc:
             raise ValidationError(f"{label}[{index}].{exc.field}", exc.message) from None
     return prepared
@@ -242,9 +268,10 @@ def insert_prepared(
 
     Jobs without `after=` go in together; each job with it goes alone, `waiting` for
     the dependencies not yet succeeded, its dependency rows beside it."""
-    rows, sealed, after = prepared
+    rows, sealed, after, windows = prepared
     ids: list[int] = [0] * len(rows)
-    together = [index for index in range(len(rows)) if index not in after]
+    alone = {*after, *windows}
+    together = [index for index in range(len(rows)) if index not in alone]
     if together:
         placement = PLAIN if batch_id is None else Placement(batch_id=batch_id)
         inserted = _insert(
@@ -255,15 +282,87 @@ def insert_prepared(
         )
         for index, job_id in zip(together, inserted, strict=True):
             ids[index] = job_id
-    for index, waits_for in sorted(after.items()):
-        missing = dependencies.unmet(conn, waits_for)
-        placement = Placement(batch_id, waiting=missing > 0, waiting_for=missing or None)
-        job_ids, created = _insert_telling_new(
-            conn, [rows[index]], {0: sealed[index]} if index in sealed else {}, placement
-        )
-        dependencies.record(conn, created, waits_for)
-        ids[index] = job_ids[0]
+    for index in sorted(alone):
+        own = {0: sealed[index]} if index in sealed else {}
+        window = windows.get(index)
+        if window is None:
+            ids[index] = _insert_after(conn, rows[index], own, after[index], batch_id)
+        else:
+            ids[index] = _insert_windowed(
+                conn, rows[index], own, after.get(index, ()), batch_id, window
+            )
     return ids
+
+
+def _insert_after(
+    conn: sa.Connection,
+    row: JobRow,
+    sealed: dict[int, dict[str, str]],
+    waits_for: Sequence[int],
+    batch_id: int | None,
+) -> int:
+    """One job, `waiting` for the dependencies not yet succeeded, with its dependency
+    rows (only when it is new)."""
+    missing = dependencies.unmet(conn, waits_for)
+    placement = Placement(batch_id, waiting=missing > 0, waiting_for=missing or None)
+    job_ids, created = _insert_telling_new(conn, [row], sealed, placement)
+    dependencies.record(conn, created, waits_for)
+    return job_ids[0]
+
+
+def _insert_windowed(
+    conn: sa.Connection,
+    row: JobRow,
+    sealed: dict[int, dict[str, str]],
+    waits_for: Sequence[int],
+    batch_id: int | None,
+    window: job_keys.Window,
+) -> int:
+    """One job whose key deduplicates for a window (see `job_keys`): the holder's id
+    while the key is held (a debounce moves the held job and gives it the payload), else
+    a new job that takes the key."""
+    key = row.idempotency_key
+    assert key is not None  # checked with the window
+    now = db_now(conn)
+    taken = job_keys.take(conn, key, window, now)
+    later = now + timedelta(seconds=window.seconds)
+    if not taken.mine and taken.holder is not None:
+        if window.kind == "unique_for":
+            return taken.holder
+        if driver(conn).debounce_job(conn, taken.holder, row.payload, until=later, now=now):
+            return taken.holder
+    if not taken.mine:
+        job_keys.take_over(conn, key)  # the held job started or ended: a new one
+    row = row._replace(idempotency_key=None)
+    if window.kind == "debounce":
+        row = row._replace(run_at=later)
+    if waits_for:
+        job_id = _insert_after(conn, row, sealed, waits_for, batch_id)
+    else:
+        placement = PLAIN if batch_id is None else Placement(batch_id=batch_id)
+        job_id = _insert(conn, [row], sealed, placement)[0]
+    job_keys.hold(conn, key, job_id)
+    return job_id
+
+
+def _window_for(
+    row: JobRow,
+    unique_for: object,
+    debounce: object,
+    secrets: object,
+    waits_for: Sequence[int],
+) -> job_keys.Window | None:
+    window = job_keys.check_window(
+        row.idempotency_key, unique_for, debounce, has_run_at=row.run_at is not None
+    )
+    if window is not None and window.kind == "debounce":
+        if secrets is not None:
+            raise ValidationError(
+                "debounce", "a debounced job's secrets cannot change: no secrets="
+            )
+        if waits_for:
+            raise ValidationError("debounce", "a debounced job runs when it is quiet: no after=")
+    return window
 
 
 def _insert(

@@ -110,6 +110,10 @@ def enqueue_batch(
     conn = connection_of(bind)
     name = _check_name(name)
     children = prepare(conn, new_jobs, max_payload_bytes=max_payload_bytes)
+    for index, window in sorted(children.windows.items()):
+        raise ValidationError(
+            f"jobs[{index}].{window.kind}", "a batch's children are enqueued together: no window"
+        )
     callbacks = {
         label: _prepare_callback(conn, label, spec, max_payload_bytes)
         for label, spec in (("on_success", on_success), ("on_finish", on_finish))
@@ -158,6 +162,8 @@ def _prepare_callback(
         )
     if prepared.after:
         raise ValidationError(f"{label}.after", "a batch's callback waits for its batch only")
+    if prepared.windows:
+        raise ValidationError(f"{label}.{prepared.windows[0].kind}", "a callback runs once")
     return prepared
 
 

@@ -377,6 +377,19 @@ class Driver(ABC):
         ).all()
         return {int(job_id): str(status) for job_id, status in rows}
 
+    def debounce_job(
+        self, conn: sa.Connection, job_id: int, payload: Any, *, until: datetime, now: datetime
+    ) -> bool:
+        """A debounced enqueue: the still-queued job takes the new payload and starts at
+        `until`; False when it is no longer queued (started, ended, cancelled)."""
+        row = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
+            .values(payload=payload, next_run_at=until, updated_at=now)
+            .returning(jobs.c.id)
+        ).first()
+        return row is not None
+
     def set_payload(self, conn: sa.Connection, ids: Sequence[int], payload: Any) -> None:
         """Replace the payload of these (new, not yet claimed) jobs: a fixed retry's."""
         conn.execute(sa.update(jobs).where(jobs.c.id.in_(list(ids))).values(payload=payload))
