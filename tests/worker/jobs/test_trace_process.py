@@ -88,9 +88,7 @@ def test_the_request_the_worker_and_the_receiver_share_one_trace(
     (seen,) = receiver.seen
     assert seen.traceparent.split("-")[1] == trace_id
     (process,) = [
-        s
-        for s in console_spans(log_path.read_text())
-        if s.get("name") == "process webhook.deliver"
+        s for s in console_spans(log_path.read_text()) if s.get("name") == "process webhook.deliver"
     ]
     assert process["kind"] == "SpanKind.CONSUMER"
     assert process["context"]["trace_id"] == f"0x{trace_id}"
