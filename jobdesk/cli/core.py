@@ -85,6 +85,17 @@ def _parse_when(raw: str | None) -> datetime | None:
 @click.option("--idempotency-key", help="Enqueue at most once per key.")
 @click.option("--group-key", help="Jobs sharing a group key run one at a time, in order.")
 @click.option("--max-attempts", type=int, help="1-100; default 5 or the type's.")
+@click.option(
+    "--after", "after", type=int, multiple=True, help="Run once job ID succeeded (repeatable)."
+)
+@click.option(
+    "--unique-for", type=float, help="With --idempotency-key: deduplicate for SECONDS only."
+)
+@click.option(
+    "--debounce",
+    type=float,
+    help="With --idempotency-key: one queued job, run SECONDS after the latest enqueue.",
+)
 @click.pass_context
 @user_errors
 def enqueue(
@@ -97,6 +108,9 @@ def enqueue(
     idempotency_key: str | None,
     group_key: str | None,
     max_attempts: int | None,
+    after: tuple[int, ...],
+    unique_for: float | None,
+    debounce: float | None,
 ) -> None:
     """Enqueue one job of JOB_TYPE with a JSON object payload; prints the job id."""
     from jobdesk.shared.core.enqueue import enqueue as enqueue_job
@@ -115,6 +129,9 @@ def enqueue(
             idempotency_key=idempotency_key,
             group_key=group_key,
             max_attempts=max_attempts,
+            after=list(after) or None,
+            unique_for=unique_for,
+            debounce=debounce,
         )
     click.echo(job_id)
 

@@ -1,6 +1,6 @@
-"""`jobdesk batches list|show|cancel`, and `jobdesk jobs show` telling a job's batch, its
-dependencies and why it waits — on both databases, through the command line's own
-entry point."""
+"""`jobdesk batches list|show|cancel`, `jobdesk jobs show` telling a job's batch, its
+dependencies and why it waits, and `jobdesk enqueue --after / --debounce` — on both
+databases, through the command line's own entry point."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from jobdesk.cli import cli
 from jobdesk.cli.batches import STATUSES
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.claim import claim
+from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.workflows.models import batches
 from jobdesk.worker.context import JobContext
@@ -264,3 +265,25 @@ def test_jobs_show_tells_the_batch_the_dependencies_and_why_a_job_waits(
 
 def test_status_choices_are_the_job_statuses() -> None:
     assert set(STATUSES) == {status.value for status in JobStatus}
+
+
+def test_enqueue_takes_after_and_key_windows(engine: sa.Engine, db_url: str) -> None:
+    code, out = run(db_url, "enqueue", "t.child", '{"n": 1}')
+    assert code == 0, out
+    first = int(out)
+    code, out = run(db_url, "enqueue", "t.child", '{"n": 2}', "--after", str(first))
+    assert code == 0, out
+    dependent = int(out)
+    window = ("--idempotency-key", "k", "--debounce", "30")
+    code, out = run(db_url, "enqueue", "t.child", '{"n": 3}', *window)
+    code_again, out_again = run(db_url, "enqueue", "t.child", '{"n": 4}', *window)
+    assert (code, code_again) == (0, 0)
+    assert out == out_again  # one debounced job
+    with engine.connect() as conn:
+        status = dict(conn.execute(sa.select(jobs.c.id, jobs.c.status)).all())
+        payload = conn.execute(sa.select(jobs.c.payload).where(jobs.c.id == int(out))).scalar()
+    assert status[dependent] == "waiting"
+    assert payload == {"n": 4}
+    code, out = run(db_url, "enqueue", "t.child", "{}", "--debounce", "5")
+    assert code == 1
+    assert "debounce: needs an idempotency_key" in out
