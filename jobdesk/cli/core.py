@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from jobdesk.cli.app import cli, echo_json, engine_from, user_errors
+from jobdesk.cli.app import cli, command_engine, echo_json, user_errors
 from jobdesk.shared.core.errors import ValidationError
 
 
@@ -18,10 +18,10 @@ def migrate(ctx: click.Context) -> None:
     """Create or upgrade the database schema to the latest version."""
     from jobdesk.shared.migrate import current_revision, head_revision, upgrade
 
-    engine = engine_from(ctx)
-    before = current_revision(engine)
-    upgrade(engine)
-    after = current_revision(engine)
+    with command_engine(ctx) as engine:
+        before = current_revision(engine)
+        upgrade(engine)
+        after = current_revision(engine)
     if before == after:
         click.echo(f"schema already at {after} (head {head_revision()})")
     else:
@@ -117,8 +117,7 @@ def enqueue(
 
     data = _parse_payload(payload)
     when = _parse_when(run_at)
-    engine = engine_from(ctx)
-    with engine.begin() as conn:
+    with command_engine(ctx) as engine, engine.begin() as conn:
         job_id = enqueue_job(
             conn,
             job_type,
@@ -144,8 +143,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts by status, queue and type, and the oldest queued age."""
     from jobdesk.shared.operator.queries.stats import summarize
 
-    engine = engine_from(ctx, sqlite_begin="DEFERRED")
-    with engine.connect() as conn:
+    with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
         data = summarize(conn)
     if as_json:
         echo_json(data)
