@@ -24,7 +24,9 @@ from tests.asyncdb import async_url
 from tests.shared.workflows.conftest import Seen, declare_worker, now, status
 
 
-def drain_later(engine: sa.Engine, reg: Registry, job_id: int, delay: float = 2.5) -> None:
+def drain_later(
+    engine: sa.Engine, reg: Registry, job_id: int, delay: float = 2.5
+) -> threading.Thread:
     """Run the job `delay` seconds from now, in another thread (drained until it is final:
     on a loaded machine a first drain may find it not quite due yet)."""
 
@@ -37,7 +39,9 @@ def drain_later(engine: sa.Engine, reg: Registry, job_id: int, delay: float = 2.
                     return
             time.sleep(0.05)
 
-    threading.Thread(target=work, daemon=True).start()
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
 
 
 def step(name: str, *, fail: bool = False, after: list[int] | None = None) -> NewJob:
@@ -153,9 +157,10 @@ def test_wait_is_woken_when_the_job_ends(engine: sa.Engine, reg: Registry) -> No
         if statement.lstrip().upper().startswith("SELECT") and "jobdesk_jobs" in statement:
             reads.append(statement)
 
-    drain_later(engine, reg, a)
+    drainer = drain_later(engine, reg, a)
     started = time.monotonic()
     found = wait(engine, a, timeout=30)
+    drainer.join(30)  # its connections back in the pool before the engine goes
     assert found.result == "a"
     assert time.monotonic() - started < 10
     if engine.dialect.name == "postgresql":
@@ -178,7 +183,7 @@ def test_wait_async_is_woken_when_the_job_ends(
         if statement.lstrip().upper().startswith("SELECT") and "jobdesk_jobs" in statement:
             reads.append(statement)
 
-    drain_later(engine, reg, a)
+    drainer = drain_later(engine, reg, a)
 
     async def scenario() -> Any:
         try:
@@ -187,6 +192,7 @@ def test_wait_async_is_woken_when_the_job_ends(
             await async_engine.dispose()
 
     found = anyio.run(scenario)
+    drainer.join(30)  # its connections back in the pool before the engine goes
     assert found.result == "a"
     if engine.dialect.name == "postgresql":
         assert len(reads) <= 6, reads
