@@ -6,6 +6,7 @@ chains run in order across workers."""
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 
 import pytest
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from jobdesk import NewJob, enqueue, enqueue_batch
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.workflows.models import batches
-from tests.worker.procs import Workers, statuses, wait_for
+from tests.worker.procs import Worker, Workers, statuses, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +25,21 @@ CHILDREN = 300
 
 def succeeded(engine: sa.Engine) -> int:
     return statuses(engine).get("succeeded", 0)
+
+
+def worker_id(worker: Worker) -> str:
+    found = re.search(r"worker (\S+) started", worker.log())
+    assert found is not None, worker.log()
+    return found.group(1)
+
+
+def holding(engine: sa.Engine, worker: str) -> bool:
+    """The worker holds running children right now."""
+    with engine.connect() as conn:
+        held = conn.execute(
+            sa.select(sa.func.count()).where(jobs.c.status == "running", jobs.c.locked_by == worker)
+        ).scalar_one()
+    return held > 0
 
 
 def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> None:
@@ -41,6 +57,8 @@ def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> 
     doomed = procs.start("--jobs", MODULE, "--concurrency", "8", env=slow_lease)
     procs.start("--jobs", MODULE, "--concurrency", "8", env=slow_lease)
     wait_for(lambda: succeeded(engine) >= 60, 60)
+    # Killed while it holds children (a loaded machine may find it between claims).
+    wait_for(lambda: holding(engine, worker_id(doomed)), 30, interval=0.01)
     doomed.signal(signal.SIGKILL)
     wait_for(lambda: succeeded(engine) >= CHILDREN + 2, 120, interval=0.2)
     procs.cleanup()
