@@ -294,6 +294,12 @@ def insert_prepared(
     return ids
 
 
+def insert_placed(conn: sa.Connection, prepared: Prepared, placement: Placement) -> list[int]:
+    """Insert prepared jobs (no `after=`, no windows) all placed alike — a batch's
+    callbacks — with their secrets and, inside a trace, its context."""
+    return _insert(conn, prepared.rows, prepared.sealed, placement)
+
+
 def _insert_after(
     conn: sa.Connection,
     row: JobRow,

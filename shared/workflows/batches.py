@@ -33,6 +33,7 @@ from jobdesk.shared.core.enqueue import (
     NewJob,
     Prepared,
     connection_of,
+    insert_placed,
     insert_prepared,
     prepare,
 )
@@ -127,7 +128,7 @@ def enqueue_batch(
     # An empty batch is complete at once: its callbacks go in queued.
     placement = Placement(waiting=total > 0)
     callback_ids = {
-        label: _insert_callback(conn, prepared, placement) for label, prepared in callbacks.items()
+        label: insert_placed(conn, prepared, placement)[0] for label, prepared in callbacks.items()
     }
     conn.execute(
         sa.update(batches)
@@ -165,17 +166,6 @@ def _prepare_callback(
     if prepared.windows:
         raise ValidationError(f"{label}.{prepared.windows[0].kind}", "a callback runs once")
     return prepared
-
-
-def _insert_callback(conn: sa.Connection, prepared: Prepared, placement: Placement) -> int:
-    from jobdesk.shared.core.enqueue_sql import insert_rows_telling_new
-
-    ids, _ = insert_rows_telling_new(conn, prepared.rows, placement)
-    if prepared.sealed:
-        from jobdesk.shared.secrets.store import store_sealed
-
-        store_sealed(conn, {ids[0]: prepared.sealed[0]})
-    return ids[0]
 
 
 def _count_children(conn: sa.Connection, batch_id: int) -> int:
