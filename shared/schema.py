@@ -13,6 +13,8 @@ from jobdesk.shared.core import job_counts as _job_counts
 from jobdesk.shared.core import job_keys as _job_keys
 from jobdesk.shared.core import payload_terms as _payload_terms
 from jobdesk.shared.core.models import metadata
+from jobdesk.shared.flow import concurrency as _concurrency
+from jobdesk.shared.flow import models as _flow
 from jobdesk.shared.history import models as _history
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
@@ -33,6 +35,8 @@ _TABLE_MODULES = (
     _alerts,
     _attempt_cleanup,
     _audit,
+    _concurrency,
+    _flow,
     _history,
     _job_counts,
     _job_keys,

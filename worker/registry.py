@@ -70,6 +70,8 @@ class JobType:
     rate_limit: RateLimit | None = None
     #: `async def` handler: the worker runs it on its event loop (`worker.async_pool`).
     is_async: bool = False
+    #: At most this many jobs of one `concurrency_key` run at once (None: no limit).
+    concurrency: int | None = None
 
 
 def handler_kind(name: str, fn: object) -> bool:
@@ -162,6 +164,7 @@ def job(
     tz: str = "UTC",
     catch_up: bool = False,
     validate: Check | None = None,
+    concurrency: int | None = None,
     target: Registry | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register `fn(payload, ctx)` as the handler of job type `name`.
@@ -179,6 +182,10 @@ def job(
     enqueues one job per slot; after downtime only the latest missed slot runs unless
     `catch_up=True`.
 
+    `concurrency=N`: at most N jobs of this type that share a `concurrency_key` (given at
+    enqueue) are queued, running or retrying at once, across every worker; the others
+    wait for a slot (`jobdesk.shared.flow.concurrency`).
+
     `validate=fn` checks a payload before it is enqueued or saved from the dashboard's
     fix form: `fn(payload)` returns a list of `ValidationError(field, message)` (field
     `payload.<key>`) or raises one (a plain ValueError names `payload`); the caller gets
@@ -195,6 +202,7 @@ def job(
     resolved_timeout = validation.check_timeout(
         timeout or base.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
     )
+    resolved_concurrency = validation.check_concurrency(concurrency)
     limit = RateLimit.parse(name, rate_limit) if isinstance(rate_limit, str) else rate_limit
     spec = None
     if cron is not None or every is not None:
@@ -214,11 +222,18 @@ def job(
                 retry=RetryPolicy(backoff or ExponentialBackoff()),
                 rate_limit=limit,
                 is_async=is_async,
+                concurrency=resolved_concurrency,
             )
         )
         register_defaults(
             name,
-            TypeDefaults(resolved_queue, resolved_priority, resolved_attempts, resolved_timeout),
+            TypeDefaults(
+                resolved_queue,
+                resolved_priority,
+                resolved_attempts,
+                resolved_timeout,
+                resolved_concurrency,
+            ),
         )
         if spec is not None:
             (registry if target is None else target).add_schedule(spec)

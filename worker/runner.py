@@ -370,6 +370,7 @@ class Runner:
                     job_type.priority,
                     job_type.max_attempts,
                     job_type.timeout_seconds,
+                    job_type.concurrency,
                 )
         return publish_defaults(conn, declared, worker_id=self.worker_id, now=now)
 

@@ -79,6 +79,8 @@ COPIED = (
     "group_key",
     "idempotency_key",
     "batch_id",
+    "concurrency_key",
+    "concurrency_limit",
 )
 
 

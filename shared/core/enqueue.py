@@ -85,6 +85,9 @@ class NewJob:
     #: With `idempotency_key`: one job, run this many seconds after the latest enqueue,
     #: with the latest payload (`job_keys`).
     debounce: float | None = None
+    #: Jobs sharing this key share its slots: at most the type's `@job(concurrency=N)`
+    #: run at once, and keys take turns (`jobdesk.shared.flow.concurrency`).
+    concurrency_key: str | None = None
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -102,6 +105,7 @@ class EnqueueOptions(TypedDict, total=False):
     after: Sequence[int] | None
     unique_for: float | None
     debounce: float | None
+    concurrency_key: str | None
     max_payload_bytes: int | None
 
 
@@ -141,6 +145,7 @@ def enqueue(
     after: Sequence[int] | None = None,
     unique_for: float | None = None,
     debounce: float | None = None,
+    concurrency_key: str | None = None,
     max_payload_bytes: int | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
@@ -167,6 +172,10 @@ def enqueue(
     Windows (with `idempotency_key`): `unique_for=S` deduplicates for S seconds only;
     `debounce=S` keeps one queued job, moved to S seconds after the latest enqueue and
     given its payload (see `job_keys`).
+
+    Concurrency: `concurrency_key="tenant:42"` shares the key's slots with its other
+    jobs — at most the type's `@job(concurrency=N)` of them run at once; the others wait
+    for a slot (`waiting`), and keys take turns in the claim order.
     """
     _warn_unknown_settings()
     conn = connection_of(bind)
@@ -180,6 +189,7 @@ def enqueue(
         idempotency_key,
         group_key,
         timeout,
+        concurrency_key=concurrency_key,
     )
     row = _row_for(conn, spec, max_payload_bytes or _configured_payload_limit())
     waits_for = dependencies.check_after(after)
@@ -519,6 +529,7 @@ class _Options(NamedTuple):
     priority: int
     max_attempts: int
     timeout: float | None
+    concurrency: int | None
 
 
 def _options_for(conn: sa.Connection, spec: NewJob) -> _Options:
@@ -538,6 +549,7 @@ def _options_for(conn: sa.Connection, spec: NewJob) -> _Options:
         priority,
         max_attempts,
         None if timeout is None else validation.check_timeout(timeout),
+        defaults.concurrency,
     )
 
 
@@ -571,5 +583,10 @@ def _row_for(
         validation.check_key("group_key", spec.group_key),
         options.timeout,
     )
+    if spec.concurrency_key is not None:
+        row = row._replace(
+            concurrency_key=validation.check_key("concurrency_key", spec.concurrency_key),
+            concurrency_limit=options.concurrency,
+        )
     refuse_unrunnable(options.job_type, spec.payload)  # the type's rules (@job(validate=…))
     return row

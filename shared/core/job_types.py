@@ -23,6 +23,8 @@ class TypeDefaults:
     priority: int = PRIORITY_DEFAULT
     max_attempts: int = MAX_ATTEMPTS_DEFAULT
     timeout_seconds: float | None = None
+    #: `@job(concurrency=N)`: at most N jobs of one `concurrency_key` run at once.
+    concurrency: int | None = None
 
 
 BUILTIN_DEFAULTS: dict[str, TypeDefaults] = {

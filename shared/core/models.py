@@ -67,6 +67,10 @@ _CLAIMABLE_SQL = in_list("status", sorted(CLAIMABLE))
 _RUNNING_GROUP_SQL = "status = 'running' AND group_key IS NOT NULL"
 #: Every job but the running ones (two PostgreSQL indexes leave those out).
 _NOT_RUNNING = f"status <> '{JobStatus.RUNNING.value}'"
+#: A job waiting for a slot of its concurrency key (`waiting` with no dependency left).
+SLOT_WAITING_SQL = "status = 'waiting' AND waiting_for = 0 AND concurrency_key IS NOT NULL"
+#: A keyed job that may hold a slot of its key (`jobdesk.shared.flow.concurrency`).
+ACTIVE_KEYED_SQL = "concurrency_key IS NOT NULL AND status IN ('failed', 'queued', 'running')"
 #: Webhook deliveries that wait (the holds' probe index and its queries share it).
 WAITING_WEBHOOK_SQL = "job_type = 'webhook.deliver' AND " + _CLAIMABLE_SQL
 
@@ -130,6 +134,11 @@ class Job(Base):
     #: Something reacts when this job ends: jobs enqueued `after=` it, or a `wait()`er.
     #: The settle triggers look at flagged rows only (`jobdesk.shared.workflows.settle`).
     watched: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    #: Jobs sharing this key share its slots (`jobdesk.shared.flow.concurrency`): at most
+    #: `concurrency_limit` of them queued, retrying or running at once; without a limit,
+    #: at most `FAIR_WINDOW` queued at once, which is what makes claims fair across keys.
+    concurrency_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
+    concurrency_limit: Mapped[int | None] = mapped_column(sa.Integer)
 
     __table_args__ = (
         sa.CheckConstraint(in_list("status", list(ALL_STATUSES)), name="status"),
@@ -148,6 +157,9 @@ class Job(Base):
             name="names",
         ),
         sa.CheckConstraint("timeout_seconds IS NULL OR timeout_seconds > 0", name="timeout"),
+        sa.CheckConstraint(
+            "concurrency_limit IS NULL OR concurrency_limit > 0", name="concurrency_limit"
+        ),
         sa.Index(
             "ix_jobdesk_jobs_claimable",
             "queue",
@@ -232,6 +244,24 @@ class Job(Base):
             "id",
             postgresql_where=sa.text("batch_id IS NOT NULL"),
             sqlite_where=sa.text("batch_id IS NOT NULL"),
+        ),
+        # The jobs of a key waiting for one of its slots, in the order they get one.
+        sa.Index(
+            "ix_jobdesk_jobs_slot_waiting",
+            "concurrency_key",
+            "priority",
+            "id",
+            postgresql_where=sa.text(SLOT_WAITING_SQL),
+            sqlite_where=sa.text(SLOT_WAITING_SQL),
+        ),
+        # The jobs that may hold a key's slots: the slot triggers count them, the key's
+        # page lists them.
+        sa.Index(
+            "ix_jobdesk_jobs_concurrency_key",
+            "concurrency_key",
+            "status",
+            postgresql_where=sa.text(ACTIVE_KEYED_SQL),
+            sqlite_where=sa.text(ACTIVE_KEYED_SQL),
         ),
         sa.Index(
             "ix_jobdesk_jobs_retried_from_id",
@@ -448,6 +478,8 @@ class PublishedJobType(Base):
     priority: Mapped[int] = mapped_column(sa.SmallInteger)
     max_attempts: Mapped[int] = mapped_column(sa.Integer)
     timeout_seconds: Mapped[float | None] = mapped_column(sa.Float)
+    #: `@job(concurrency=N)`: copied onto each job enqueued with a `concurrency_key`.
+    concurrency: Mapped[int | None] = mapped_column(sa.Integer)
     published_by: Mapped[str] = mapped_column(sa.String(NAME_LENGTH))
     published_at: Mapped[datetime] = mapped_column(server_default=utcnow())
 

@@ -79,6 +79,7 @@ def publish_defaults(
             "priority": value.priority,
             "max_attempts": value.max_attempts,
             "timeout_seconds": value.timeout_seconds,
+            "concurrency": value.concurrency,
             "published_by": worker_id,
             "published_at": now,
         }
@@ -93,6 +94,7 @@ def publish_defaults(
                 "priority",
                 "max_attempts",
                 "timeout_seconds",
+                "concurrency",
                 "published_by",
                 "published_at",
             )
@@ -112,7 +114,9 @@ def list_published(
     return [
         PublishedType(
             row.job_type,
-            TypeDefaults(row.queue, row.priority, row.max_attempts, row.timeout_seconds),
+            TypeDefaults(
+                row.queue, row.priority, row.max_attempts, row.timeout_seconds, row.concurrency
+            ),
             row.published_by,
             row.published_at,
         )
@@ -124,9 +128,9 @@ def published_defaults_of(conn: sa.Connection, job_type: str) -> TypeDefaults | 
     """What the database holds for `job_type` now (one query), or None."""
     try:
         row = conn.execute(
-            sa.select(_t.queue, _t.priority, _t.max_attempts, _t.timeout_seconds).where(
-                _t.job_type == job_type
-            )
+            sa.select(
+                _t.queue, _t.priority, _t.max_attempts, _t.timeout_seconds, _t.concurrency
+            ).where(_t.job_type == job_type)
         ).first()
     except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
         missing = missing_schema(exc)
@@ -135,7 +139,9 @@ def published_defaults_of(conn: sa.Connection, job_type: str) -> TypeDefaults | 
         raise
     if row is None:
         return None
-    return TypeDefaults(row.queue, row.priority, row.max_attempts, row.timeout_seconds)
+    return TypeDefaults(
+        row.queue, row.priority, row.max_attempts, row.timeout_seconds, row.concurrency
+    )
 
 
 class PublishedDefaults:

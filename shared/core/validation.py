@@ -112,6 +112,25 @@ def check_timeout(value: object) -> float:
     return float(value)
 
 
+#: The most slots one concurrency key may have.
+CONCURRENCY_MAX = 10_000
+
+
+def check_concurrency(value: object) -> int | None:
+    """`@job(concurrency=N)`: None or a whole number of slots per key, 1 to 10,000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(
+            "concurrency", f"must be a whole number of slots, got {type(value).__name__}"
+        )
+    if not 1 <= value <= CONCURRENCY_MAX:
+        raise ValidationError(
+            "concurrency", f"must be between 1 and {CONCURRENCY_MAX} slots, got {value}"
+        )
+    return value
+
+
 #: The longest reason an operator may give (pause, ignore, cancel, disable, …).
 REASON_MAX_CHARS = 1000
 

@@ -62,6 +62,8 @@ class JobRow(NamedTuple):
     idempotency_key: str | None
     group_key: str | None
     timeout_seconds: float | None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 class Placement(NamedTuple):

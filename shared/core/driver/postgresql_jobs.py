@@ -48,7 +48,7 @@ from jobdesk.shared.core.states import JobStatus
 
 _INSERT_COLUMNS = (
     "job_type, queue, payload, priority, max_attempts, next_run_at, idempotency_key, "
-    "group_key, timeout_seconds"
+    "group_key, timeout_seconds, concurrency_key, concurrency_limit"
 )
 
 
@@ -69,7 +69,8 @@ WITH ins AS (
     INSERT INTO jobdesk_jobs ({columns})
     SELECT r.e->>0, r.e->>1, r.e->2, (r.e->>3)::smallint, (r.e->>4)::integer,
            COALESCE((r.e->>5)::timestamptz, statement_timestamp()),
-           r.e->>6, r.e->>7, (r.e->>8)::double precision{values}
+           r.e->>6, r.e->>7, (r.e->>8)::double precision, r.e->>9,
+           (r.e->>10)::integer{values}
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r(e, ord)
     ORDER BY r.ord
     ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL
@@ -108,9 +109,13 @@ def _rows_json(rows: Sequence[JobRow]) -> str:
         key = "null" if row.idempotency_key is None else _json_string(row.idempotency_key)
         group = "null" if row.group_key is None else _json_string(row.group_key)
         timeout = "null" if row.timeout_seconds is None else repr(float(row.timeout_seconds))
+        slots = ""
+        if row.concurrency_key is not None:
+            limit = "null" if row.concurrency_limit is None else int(row.concurrency_limit)
+            slots = f",{_json_string(row.concurrency_key)},{limit}"
         parts.append(
             f'["{row.job_type}","{row.queue}",{row.payload},{row.priority},'
-            f"{row.max_attempts},{run_at},{key},{group},{timeout}]"
+            f"{row.max_attempts},{run_at},{key},{group},{timeout}{slots}]"
         )
     return f"[{','.join(parts)}]"
 

@@ -69,7 +69,7 @@ def _cached(cache: dict[Any, Any], key: Any, build: Callable[[Any], Any]) -> Any
 
 _INSERT_COLUMNS = (
     "job_type, queue, payload, priority, max_attempts, next_run_at, idempotency_key, "
-    "group_key, timeout_seconds"
+    "group_key, timeout_seconds, concurrency_key, concurrency_limit"
 )
 _ON_CONFLICT = (
     "ON CONFLICT (idempotency_key) WHERE retried_from_id IS NULL AND idempotency_key IS NOT NULL"
@@ -77,7 +77,7 @@ _ON_CONFLICT = (
 )
 # A job without run_at is due at the database clock, like a plain-SQL insert.
 _NOW_SQL = str(utcnow().compile(dialect=sqlite.dialect()))
-_VALUES = f"(?, ?, ?, ?, ?, COALESCE(?, {_NOW_SQL}), ?, ?, ?)"
+_VALUES = f"(?, ?, ?, ?, ?, COALESCE(?, {_NOW_SQL}), ?, ?, ?, ?, ?)"
 _RUN_AT = JobRow._fields.index("run_at")
 _inserts: dict[tuple[int, Placement], str] = {}
 

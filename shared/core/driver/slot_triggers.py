@@ -1,0 +1,240 @@
+"""The slot triggers' SQL, per database (`jobdesk.shared.flow.concurrency` says what they
+do and installs them). Here because they write `jobdesk_jobs`: every statement that does
+is the driver's.
+
+Both databases decide from a count, never from a running counter: after the key is
+locked (PostgreSQL: its `jobdesk_concurrency_keys` row; SQLite: one writer at a time) the
+trigger counts the key's jobs that hold a slot, bounded by the key's cap, then parks
+what is over the cap (`waiting`, `waiting_for = 0`) or moves the next waiting jobs in.
+A statement that races another sees the other's work once the lock is its turn (each
+statement of the trigger function reads a fresh snapshot), so whichever comes second
+corrects; nothing drifts, and a row written by hand is counted like any other.
+"""
+
+from __future__ import annotations
+
+from jobdesk.shared.core.models import ACTIVE_KEYED_SQL
+from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
+from jobdesk.shared.core.states import JobStatus
+
+#: A key whose job type declares no `concurrency=N` keeps at most this many jobs queued
+#: at once (running ones do not count): its next jobs join the end of the claim order as
+#: earlier ones are claimed, so keys take turns (see `jobdesk.shared.flow.concurrency`).
+FAIR_WINDOW = 100
+
+_QUEUED = JobStatus.QUEUED.value
+_WAITING = JobStatus.WAITING.value
+_RUNNING = JobStatus.RUNNING.value
+_FAILED = JobStatus.FAILED.value
+
+
+def holds_slot(row: str = "") -> str:
+    """Whether `row` holds a slot of its key: queued always; running and retrying only
+    under a declared limit (a key without one limits only how many wait in line)."""
+    r = f"{row}." if row else ""
+    return (
+        f"({r}status = '{_QUEUED}' OR ({r}concurrency_limit IS NOT NULL "
+        f"AND {r}status IN ('{_RUNNING}', '{_FAILED}')))"
+    )
+
+
+def _held_count(key: str) -> str:
+    """How many jobs hold a slot of `key` (at most its cap, plus what one statement just
+    added). Unqualified columns, the active-key index's predicate word for word (SQLite
+    uses a partial index only then)."""
+    return f"""(SELECT count(*) FROM jobdesk_jobs
+             WHERE concurrency_key = {key} AND {ACTIVE_KEYED_SQL} AND {holds_slot()})"""
+
+
+# The changed keys: an INSERT's new rows that hold a slot, an UPDATE's keys whose count of
+# slots held changed, a DELETE's rows that held one. An UPDATE's old and new rows are
+# summed, not joined: a key's column never changes, and a join of two transition tables
+# (no statistics: each taken for a row or two) became a nested loop comparing every pair.
+_CHANGED_KEYS = {
+    "INSERT": f"""
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
+          INTO keys, limits
+          FROM (SELECT n.concurrency_key AS k, max(n.concurrency_limit) AS l
+                  FROM slots_new AS n
+                 WHERE n.concurrency_key IS NOT NULL AND {holds_slot("n")}
+                 GROUP BY n.concurrency_key) AS m;""",
+    "UPDATE": f"""
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
+          INTO keys, limits
+          FROM (SELECT c.k, max(c.l) AS l
+                  FROM (SELECT n.concurrency_key AS k, n.concurrency_limit AS l,
+                               {holds_slot("n")}::integer AS d
+                          FROM slots_new AS n WHERE n.concurrency_key IS NOT NULL
+                        UNION ALL
+                        SELECT o.concurrency_key, NULL, -({holds_slot("o")}::integer)
+                          FROM slots_old AS o WHERE o.concurrency_key IS NOT NULL) AS c
+                 GROUP BY c.k
+                HAVING sum(c.d) <> 0) AS m;""",
+    "DELETE": f"""
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
+          INTO keys, limits
+          FROM (SELECT o.concurrency_key AS k, max(o.concurrency_limit) AS l
+                  FROM slots_old AS o
+                 WHERE o.concurrency_key IS NOT NULL AND {holds_slot("o")}
+                 GROUP BY o.concurrency_key) AS m;""",
+}
+
+# The rows of this statement that took a slot, which are the ones parked when the key is
+# over its cap (an INSERT's queued rows; an UPDATE's rows released to `queued`). Read only
+# when a key is over its cap, which an UPDATE reaches only by releasing waiting jobs.
+_ENTERED = {
+    "INSERT": f"SELECT n.* FROM slots_new AS n WHERE n.status = '{_QUEUED}'",
+    "UPDATE": f"""SELECT n.* FROM slots_new AS n
+                   WHERE n.status = '{_QUEUED}' AND EXISTS (
+                         SELECT 1 FROM slots_old AS o
+                          WHERE o.id = n.id AND NOT {holds_slot("o")})""",
+}
+
+
+def _function(operation: str) -> str:
+    park = ""
+    if operation in _ENTERED:
+        park = f"""
+    -- Over the cap: this statement's newest entrants wait for a slot.
+    UPDATE jobdesk_jobs AS j
+       SET status = '{_WAITING}', waiting_for = 0, updated_at = statement_timestamp()
+      FROM (SELECT e.id
+              FROM unnest(keys, excess) AS x(k, n)
+              CROSS JOIN LATERAL (
+                    SELECT entered.id FROM ({_ENTERED[operation]}) AS entered
+                     WHERE entered.concurrency_key = x.k
+                     ORDER BY entered.priority DESC, entered.id DESC
+                     LIMIT greatest(x.n, 0)) AS e
+             WHERE x.n > 0) AS p
+     WHERE j.id = p.id AND j.status = '{_QUEUED}';"""
+    return f"""
+CREATE OR REPLACE FUNCTION jobdesk_slots_{operation.lower()}() RETURNS trigger
+LANGUAGE plpgsql SET jit = off AS $$
+DECLARE
+    keys text[];
+    limits integer[];
+    excess integer[];
+    woken integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM slots_{"old" if operation == "DELETE" else "new"}
+                    WHERE concurrency_key IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    {_CHANGED_KEYS[operation]}
+    IF keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+
+    -- Lock the keys in key order (two statements on the same keys queue up, never
+    -- deadlock); an INSERT records the limit its jobs carry.
+    INSERT INTO jobdesk_concurrency_keys AS c (key, slot_limit, updated_at)
+    SELECT m.k, m.l, statement_timestamp() FROM unnest(keys, limits) AS m(k, l) ORDER BY m.k
+    ON CONFLICT (key) DO UPDATE
+       SET slot_limit = {"EXCLUDED.slot_limit" if operation == "INSERT" else "c.slot_limit"},
+           updated_at = statement_timestamp();
+
+    -- Slots held minus the cap, per key, counted after the lock.
+    SELECT array_agg(s.held - s.cap ORDER BY s.key) INTO excess
+      FROM (SELECT c.key, COALESCE(c.slot_limit, {FAIR_WINDOW}) AS cap,
+                   {_held_count("c.key")} AS held
+              FROM jobdesk_concurrency_keys AS c
+             WHERE c.key = ANY(keys)) AS s;
+    {park}
+    -- Under the cap: the next waiting jobs of the key take the free slots, at the end of
+    -- the claim order (which is what makes keys take turns).
+    WITH moved AS (
+        UPDATE jobdesk_jobs AS j
+           SET status = '{_QUEUED}', waiting_for = NULL, updated_at = statement_timestamp(),
+               next_run_at = greatest(j.next_run_at, statement_timestamp())
+          FROM (SELECT w.id
+                  FROM unnest(keys, excess) AS x(k, n)
+                  CROSS JOIN LATERAL (
+                        SELECT w.id FROM jobdesk_jobs AS w
+                         WHERE w.concurrency_key = x.k AND w.status = '{_WAITING}'
+                           AND w.waiting_for = 0
+                         ORDER BY w.priority, w.id
+                         LIMIT greatest(-x.n, 0)) AS w
+                 WHERE x.n < 0) AS p
+         WHERE j.id = p.id AND j.status = '{_WAITING}' AND j.waiting_for = 0
+        RETURNING j.queue
+    )
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', q)) INTO woken
+      FROM (SELECT DISTINCT queue AS q FROM moved) AS r;
+    RETURN NULL;
+END $$"""
+
+
+def _trigger(operation: str) -> str:
+    tables = {
+        "INSERT": "NEW TABLE AS slots_new",
+        "UPDATE": "OLD TABLE AS slots_old NEW TABLE AS slots_new",
+        "DELETE": "OLD TABLE AS slots_old",
+    }[operation]
+    name = f"jobdesk_slots_{operation.lower()}"
+    return (
+        f"CREATE TRIGGER {name} AFTER {operation} ON jobdesk_jobs REFERENCING {tables} "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {name}()"
+    )
+
+
+_OPERATIONS = ("INSERT", "UPDATE", "DELETE")
+
+#: The PostgreSQL functions and triggers (the migration and `create_all` run them).
+POSTGRESQL_DDL: tuple[str, ...] = tuple(
+    statement for op in _OPERATIONS for statement in (_function(op), _trigger(op))
+)
+POSTGRESQL_DROP: tuple[str, ...] = tuple(
+    statement
+    for op in _OPERATIONS
+    for statement in (
+        f"DROP TRIGGER IF EXISTS jobdesk_slots_{op.lower()} ON jobdesk_jobs",
+        f"DROP FUNCTION IF EXISTS jobdesk_slots_{op.lower()}()",
+    )
+)
+
+_SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+_SQLITE_CAP = (
+    f"COALESCE((SELECT slot_limit FROM jobdesk_concurrency_keys WHERE key = NEW.concurrency_key),"
+    f" {FAIR_WINDOW})"
+)
+_SQLITE_HELD = _held_count("NEW.concurrency_key")
+_SQLITE_PARK = f"""
+    UPDATE jobdesk_jobs SET status = '{_WAITING}', waiting_for = 0, updated_at = {_SQLITE_NOW}
+     WHERE id = NEW.id AND status = '{_QUEUED}' AND {_SQLITE_HELD} > {_SQLITE_CAP};"""
+_SQLITE_MOVE_IN = f"""
+    UPDATE jobdesk_jobs
+       SET status = '{_QUEUED}', waiting_for = NULL, updated_at = {_SQLITE_NOW},
+           next_run_at = max(next_run_at, {_SQLITE_NOW})
+     WHERE id IN (SELECT w.id FROM jobdesk_jobs AS w
+                   WHERE w.concurrency_key = NEW.concurrency_key AND w.status = '{_WAITING}'
+                     AND w.waiting_for = 0
+                   ORDER BY w.priority, w.id
+                   LIMIT max({_SQLITE_CAP} - {_SQLITE_HELD}, 0));"""
+
+#: The SQLite triggers (one writer at a time: row triggers, counting as they go).
+SQLITE_DDL: tuple[str, ...] = (
+    f"""CREATE TRIGGER jobdesk_slots_insert AFTER INSERT ON jobdesk_jobs
+WHEN NEW.concurrency_key IS NOT NULL
+BEGIN
+    INSERT INTO jobdesk_concurrency_keys (key, slot_limit, updated_at)
+    VALUES (NEW.concurrency_key, NEW.concurrency_limit, {_SQLITE_NOW})
+    ON CONFLICT (key) DO UPDATE SET slot_limit = excluded.slot_limit,
+                                    updated_at = excluded.updated_at;{_SQLITE_PARK}
+END""",
+    f"""CREATE TRIGGER jobdesk_slots_update AFTER UPDATE OF status ON jobdesk_jobs
+WHEN NEW.concurrency_key IS NOT NULL AND {holds_slot("NEW")} <> {holds_slot("OLD")}
+BEGIN
+    INSERT INTO jobdesk_concurrency_keys (key, slot_limit, updated_at)
+    VALUES (NEW.concurrency_key, NEW.concurrency_limit, {_SQLITE_NOW})
+    ON CONFLICT (key) DO NOTHING;{_SQLITE_PARK}{_SQLITE_MOVE_IN}
+END""",
+    f"""CREATE TRIGGER jobdesk_slots_delete AFTER DELETE ON jobdesk_jobs
+WHEN OLD.concurrency_key IS NOT NULL AND {holds_slot("OLD")}
+BEGIN{_SQLITE_MOVE_IN.replace("NEW.", "OLD.")}
+END""",
+)
+SQLITE_DROP: tuple[str, ...] = (
+    "DROP TRIGGER IF EXISTS jobdesk_slots_insert",
+    "DROP TRIGGER IF EXISTS jobdesk_slots_update",
+    "DROP TRIGGER IF EXISTS jobdesk_slots_delete",
+)
