@@ -15,6 +15,16 @@ def noop(payload: dict[str, Any], ctx: JobContext) -> None:
     """Does nothing: measures the queue, not the work."""
 
 
+@job("bench.keyed_noop", queue="bench", max_attempts=3, timeout=30, concurrency=100)
+def keyed_noop(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Does nothing, under a per-key limit of 100 (`bench/throughput.py --keyed`)."""
+
+
+@job("bench.limited5", queue="bench", max_attempts=3, timeout=30, concurrency=5)
+def limited5(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Does nothing, 5 at most per concurrency key (`bench/fairness.py`)."""
+
+
 @job("bench.stamp", queue="bench", max_attempts=3, timeout=30)
 def stamp(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
     """Returns the wall-clock time the handler started (latency benchmark)."""

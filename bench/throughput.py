@@ -7,6 +7,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
                                          [--via-pgbouncer] [--database NAME]
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
     .venv/bin/python bench/throughput.py --async-handlers [--jobs 20000] [--rounds 3]
+    .venv/bin/python bench/throughput.py --keyed [--jobs 20000] [--rounds 3]
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is N /
 (last finished - first started) as recorded by the database, so process start-up is not
@@ -112,11 +113,15 @@ def fresh_sqlite(tmp: Path) -> str:
     return url
 
 
-def reset_and_fill(engine: sa.Engine, n: int, job_type: str = "bench.noop") -> None:
+def reset_and_fill(engine: sa.Engine, n: int, job_type: str = "bench.noop", keys: int = 0) -> None:
+    """A fresh backlog of `n` jobs; with `keys`, job i has concurrency key `k{i % keys}`."""
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM jobdesk_job_attempts"))
         conn.execute(sa.delete(jobs))
-    batch = [NewJob(job_type, {"i": 0}) for _ in range(5000)]
+    batch = [
+        NewJob(job_type, {"i": 0}, concurrency_key=f"k{i % keys}" if keys else None)
+        for i in range(5000)
+    ]
     left = n
     while left > 0:
         with engine.begin() as conn:
@@ -471,6 +476,42 @@ def traced(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
     engine.dispose()
 
 
+#: `--keyed`: what each drain enqueues (job type, distinct concurrency keys).
+KEYED_KINDS = {
+    "no key": ("bench.noop", 0),
+    "1,000 keys, no limit": ("bench.noop", 1000),
+    "1,000 keys, limit 100": ("bench.keyed_noop", 1000),
+}
+
+
+def keyed(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
+    """The default worker on jobs without a key, and with a concurrency key on every job
+    (1,000 keys: a fair place in line only, or a limit of 100 that is never reached)."""
+    url = fresh_postgres(server)
+    engine = make_engine(url, settings=Settings())
+
+    def drain_of(job_type: str, keys: int) -> Drain:
+        def drain(size: int) -> Measured:
+            reset_and_fill(engine, size, job_type, keys)
+            return run_worker(url, engine, size, worker_args)
+
+        return drain
+
+    drains = {name: drain_of(*kind) for name, kind in KEYED_KINDS.items()}
+    results = rounds(drains, n, count)
+    for name, got in results.items():
+        rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
+        print(f"  {name:<22} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
+    for name in list(KEYED_KINDS)[1:]:
+        ratios = [k.rate / u.rate for k, u in zip(results[name], results["no key"], strict=True)]
+        print(
+            f"{name} / no key: {median(ratios):.2f} median of rounds "
+            f"({', '.join(f'{r:.2f}' for r in ratios)})",
+            flush=True,
+        )
+    engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[20_000, 100_000])
@@ -503,6 +544,12 @@ def main() -> None:
         "(SDK, every attempt a span, no exporter), first --jobs size",
     )
     parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="PostgreSQL: jobs without a key vs a concurrency key on every job (1,000 keys, "
+        "without and with a limit that is not reached), first --jobs size",
+    )
+    parser.add_argument(
         "--database",
         default=PG_DATABASE,
         help="name of the bench database (dropped and re-created; default %(default)s) — "
@@ -519,6 +566,9 @@ def main() -> None:
         return
     if args.otel:
         traced(server, args.jobs[0], args.rounds, worker_args)
+        return
+    if args.keyed:
+        keyed(server, args.jobs[0], args.rounds, worker_args)
         return
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:

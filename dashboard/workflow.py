@@ -1,7 +1,8 @@
 """A waiting job's "why is this job waiting" line: the words
 `shared.workflows.queries.job_workflow` says, and the page where the wait can be ended.
 
-A batch callback leads to its batch (the children it waits for, the retry of the dead
+A job waiting for a slot of its concurrency key leads to the key's panel on its page. A
+batch callback leads to its batch (the children it waits for, the retry of the dead
 ones); a job enqueued `after=` others to the dependency that holds it — the dead or
 cancelled one first, the one still running — or to its list of dependencies when it
 waits for several.
@@ -18,6 +19,8 @@ from jobdesk.shared.workflows.queries import JobWorkflow
 
 #: Where a job's page lists what it waits for.
 DEPENDENCIES_ANCHOR = "#dependencies"
+#: Where a job's page shows its concurrency key's slots.
+CONCURRENCY_ANCHOR = "#concurrency"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,8 @@ def waiting_line(workflow: JobWorkflow) -> WaitingLine | None:
 
 
 def _target(workflow: JobWorkflow) -> str:
+    if workflow.slot_key is not None:
+        return CONCURRENCY_ANCHOR
     if workflow.callback_of is not None and workflow.batch is not None:
         return url_for("jobdesk.batches.detail", batch_id=workflow.batch.id)
     deps = workflow.dependencies

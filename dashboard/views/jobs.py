@@ -24,6 +24,7 @@ from jobdesk.dashboard.workflow import waiting_line
 from jobdesk.shared.core.document_masking import mask_document_text
 from jobdesk.shared.core.errors import NotFoundError, ValidationError
 from jobdesk.shared.core.states import CLAIMABLE, FINAL, JobStatus, Resolution
+from jobdesk.shared.flow.concurrency import key_slots
 from jobdesk.shared.operator.filters import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SORT,
@@ -236,6 +237,8 @@ def detail(job_id: int) -> Any:
             )
         holds = holds_for_job(conn, job_id, now=now)
         workflow = job_workflow(conn, job_id, found.job["status"])
+        key = found.job["concurrency_key"]
+        slots = None if key is None else key_slots(conn, key)
         secrets = secret_names(conn, job_id)
         trace = trace_of(conn, job_id)
     return render(
@@ -247,6 +250,7 @@ def detail(job_id: int) -> Any:
         holds=holds,
         workflow=workflow,
         waiting=waiting_line(workflow),
+        slots=slots,
         secrets=secrets,
         trace_id=trace.trace_id if trace else None,
         trace_url=_trace_url(trace.trace_id if trace else None),

@@ -96,6 +96,10 @@ def _parse_when(raw: str | None) -> datetime | None:
     type=float,
     help="With --idempotency-key: one queued job, run SECONDS after the latest enqueue.",
 )
+@click.option(
+    "--concurrency-key",
+    help="Share this key's slots: at most the type's concurrency run at once; keys take turns.",
+)
 @click.pass_context
 @user_errors
 def enqueue(
@@ -111,6 +115,7 @@ def enqueue(
     after: tuple[int, ...],
     unique_for: float | None,
     debounce: float | None,
+    concurrency_key: str | None,
 ) -> None:
     """Enqueue one job of JOB_TYPE with a JSON object payload; prints the job id."""
     from jobdesk.shared.core.enqueue import enqueue as enqueue_job
@@ -131,6 +136,7 @@ def enqueue(
             after=list(after) or None,
             unique_for=unique_for,
             debounce=debounce,
+            concurrency_key=concurrency_key,
         )
     click.echo(job_id)
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.flow.concurrency import key_slots
 from jobdesk.shared.workflows.batches import batch_of, counts_of
 from jobdesk.shared.workflows.dependencies import dependencies_of, dependents_of, why_waiting
 from jobdesk.shared.workflows.models import batches, job_dependencies
@@ -228,6 +229,8 @@ class JobWorkflow:
     dependencies: list[dict[str, Any]]
     dependents: list[dict[str, Any]]
     waiting_reason: str | None
+    #: Its dependencies met, it waits for a slot of this concurrency key.
+    slot_key: str | None = None
 
 
 def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
@@ -244,11 +247,29 @@ def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
     deps = dependencies_of(conn, job_id)
     reason = None
     if status == JobStatus.WAITING.value:
+        slot_key = _slot_key(conn, job_id)
+        if slot_key is not None:
+            reason = f"waiting for a slot: {key_slots(conn, slot_key).sentence()}"
+            return JobWorkflow(
+                batch, callback_of, deps, dependents_of(conn, job_id), reason, slot_key
+            )
         if callback_of is not None and batch is not None:
             reason = _callback_reason(conn, batch, callback_of)
         else:
             reason = why_waiting(deps)
     return JobWorkflow(batch, callback_of, deps, dependents_of(conn, job_id), reason)
+
+
+def _slot_key(conn: sa.Connection, job_id: int) -> str | None:
+    """The concurrency key a `waiting` job waits for a slot of (None: it waits for
+    something else)."""
+    return conn.execute(
+        sa.select(jobs.c.concurrency_key).where(
+            jobs.c.id == job_id,
+            jobs.c.waiting_for == 0,
+            jobs.c.status == JobStatus.WAITING.value,
+        )
+    ).scalar()
 
 
 def _callback_reason(conn: sa.Connection, batch: BatchRow, kind: str) -> str:
