@@ -38,12 +38,13 @@ def holds_slot(row: str = "") -> str:
     )
 
 
-def _held_count(key: str) -> str:
+def _held_count(key: str, lock: str = "") -> str:
     """How many jobs hold a slot of `key` (at most its cap, plus what one statement just
     added). Unqualified columns, the active-key index's predicate word for word (SQLite
-    uses a partial index only then)."""
-    return f"""(SELECT count(*) FROM jobdesk_jobs
-             WHERE concurrency_key = {key} AND {ACTIVE_KEYED_SQL} AND {holds_slot()})"""
+    uses a partial index only then). `lock`: a locking clause for the counted rows."""
+    return f"""(SELECT count(*) FROM (SELECT 1 FROM jobdesk_jobs
+             WHERE concurrency_key = {key} AND {ACTIVE_KEYED_SQL} AND {holds_slot()}{lock})
+             AS held)"""
 
 
 # The changed keys: an INSERT's new rows that hold a slot, an UPDATE's keys whose count of
@@ -52,16 +53,16 @@ def _held_count(key: str) -> str:
 # (no statistics: each taken for a row or two) became a nested loop comparing every pair.
 _CHANGED_KEYS = {
     "INSERT": f"""
-        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
-          INTO keys, limits
-          FROM (SELECT n.concurrency_key AS k, max(n.concurrency_limit) AS l
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k), array_agg(d ORDER BY k)
+          INTO keys, limits, deltas
+          FROM (SELECT n.concurrency_key AS k, max(n.concurrency_limit) AS l, count(*) AS d
                   FROM slots_new AS n
                  WHERE n.concurrency_key IS NOT NULL AND {holds_slot("n")}
                  GROUP BY n.concurrency_key) AS m;""",
     "UPDATE": f"""
-        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
-          INTO keys, limits
-          FROM (SELECT c.k, max(c.l) AS l
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k), array_agg(d ORDER BY k)
+          INTO keys, limits, deltas
+          FROM (SELECT c.k, max(c.l) AS l, sum(c.d) AS d
                   FROM (SELECT n.concurrency_key AS k, n.concurrency_limit AS l,
                                {holds_slot("n")}::integer AS d
                           FROM slots_new AS n WHERE n.concurrency_key IS NOT NULL
@@ -71,9 +72,9 @@ _CHANGED_KEYS = {
                  GROUP BY c.k
                 HAVING sum(c.d) <> 0) AS m;""",
     "DELETE": f"""
-        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k)
-          INTO keys, limits
-          FROM (SELECT o.concurrency_key AS k, max(o.concurrency_limit) AS l
+        SELECT array_agg(k ORDER BY k), array_agg(l ORDER BY k), array_agg(d ORDER BY k)
+          INTO keys, limits, deltas
+          FROM (SELECT o.concurrency_key AS k, max(o.concurrency_limit) AS l, -count(*) AS d
                   FROM slots_old AS o
                  WHERE o.concurrency_key IS NOT NULL AND {holds_slot("o")}
                  GROUP BY o.concurrency_key) AS m;""",
@@ -113,6 +114,7 @@ LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     keys text[];
     limits integer[];
+    deltas integer[];
     excess integer[];
     woken integer;
 BEGIN
@@ -121,22 +123,36 @@ BEGIN
         RETURN NULL;
     END IF;
     {_CHANGED_KEYS[operation]}
+    -- Keys that took slots are locked, in key order (statements on the same keys queue
+    -- up, never deadlock); an INSERT records the limit its jobs carry.
+    INSERT INTO jobdesk_concurrency_keys AS c (key, slot_limit, updated_at)
+    SELECT m.k, m.l, statement_timestamp()
+      FROM unnest(keys, limits, deltas) AS m(k, l, d) WHERE m.d > 0 ORDER BY m.k
+    ON CONFLICT (key) DO UPDATE
+       SET slot_limit = {"EXCLUDED.slot_limit" if operation == "INSERT" else "c.slot_limit"},
+           updated_at = statement_timestamp();
+    -- A key that only gave slots up needs nothing unless jobs wait for one, and then
+    -- only if no one else holds the key: whoever does counts the holders FOR SHARE, so
+    -- it waits for this statement's transaction, sees the slots it freed and fills them.
+    -- (Waiting here instead would deadlock with that count.)
+    SELECT array_agg(m.k ORDER BY m.k) INTO keys
+      FROM unnest(keys, deltas) AS m(k, d)
+     WHERE m.d > 0
+        OR m.k IN (SELECT c.key FROM jobdesk_concurrency_keys AS c
+                    WHERE c.key = ANY(keys) AND EXISTS (
+                          SELECT 1 FROM jobdesk_jobs AS w
+                           WHERE w.concurrency_key = c.key AND w.status = '{_WAITING}'
+                             AND w.waiting_for = 0)
+                    ORDER BY c.key
+                      FOR UPDATE SKIP LOCKED);
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
 
-    -- Lock the keys in key order (two statements on the same keys queue up, never
-    -- deadlock); an INSERT records the limit its jobs carry.
-    INSERT INTO jobdesk_concurrency_keys AS c (key, slot_limit, updated_at)
-    SELECT m.k, m.l, statement_timestamp() FROM unnest(keys, limits) AS m(k, l) ORDER BY m.k
-    ON CONFLICT (key) DO UPDATE
-       SET slot_limit = {"EXCLUDED.slot_limit" if operation == "INSERT" else "c.slot_limit"},
-           updated_at = statement_timestamp();
-
     -- Slots held minus the cap, per key, counted after the lock.
     SELECT array_agg(s.held - s.cap ORDER BY s.key) INTO excess
       FROM (SELECT c.key, COALESCE(c.slot_limit, {FAIR_WINDOW}) AS cap,
-                   {_held_count("c.key")} AS held
+                   {_held_count("c.key", " FOR SHARE")} AS held
               FROM jobdesk_concurrency_keys AS c
              WHERE c.key = ANY(keys)) AS s;
     {park}
