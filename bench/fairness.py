@@ -27,6 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import bench_jobs  # noqa: F401 - registers the bench job types (queue `bench`)
 import sqlalchemy as sa
 from throughput import DEFAULT_PG_SERVER, HERE, JOBDESK, fresh_postgres, worker_env
 
@@ -35,6 +36,7 @@ from jobdesk.shared.core import transitions
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import make_engine
+from jobdesk.shared.core.driver.base import Completion
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.settings import Settings
 
@@ -131,7 +133,7 @@ def claim_cost(server: str, backlog: int, keys: int, claims: int, kind: str) -> 
         t1 = time.perf_counter()
         with engine.begin() as conn:
             now = db_now(conn)
-            transitions.complete_many(conn, [j.ref for j in held], now=now)
+            transitions.complete_many(conn, [Completion(j) for j in held], now=now)
         t2 = time.perf_counter()
         assert len(held) == 10, f"claimed {len(held)}"
         claim_ms.append((t1 - t0) * 1000)
