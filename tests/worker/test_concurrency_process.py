@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.models import job_attempts, jobs
+from tests.shared.flow.test_concurrency import peak_running
 from tests.worker.jobmods.keyed import LIMIT
 from tests.worker.procs import Workers, statuses, wait_for
 
@@ -60,14 +61,7 @@ def peak_per_key(trace_dir: Path, killed_pid: int, killed_at: float) -> dict[str
     for (pid, _), (key, _) in open_starts.items():
         assert pid == killed_pid, "a live worker left a job unfinished"
         events[key].append((killed_at, -1))
-    peaks = {}
-    for key, steps in events.items():
-        running = peak = 0
-        for _, step in sorted(steps):  # at equal times an end (-1) comes first
-            running += step
-            peak = max(peak, running)
-        peaks[key] = peak
-    return peaks
+    return {key: peak_running(steps) for key, steps in events.items()}
 
 
 def test_never_more_than_n_per_key_across_processes_and_a_kill(

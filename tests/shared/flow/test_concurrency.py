@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -239,11 +238,15 @@ def test_twelve_threads_claiming_at_once_never_run_more_than_the_limit(
 
 
 def max_overlap(spans: list[Any]) -> int:
-    events: list[tuple[datetime, int]] = []
-    for started, finished in spans:
-        events += [(started, 1), (finished, -1)]
+    """Most spans (start, end) open at once."""
+    return peak_running([(started, 1) for started, _ in spans] + [(end, -1) for _, end in spans])
+
+
+def peak_running(steps: list[tuple[Any, int]]) -> int:
+    """Most things running at once, from (time, +1 start / -1 end) steps; at equal times
+    an end comes before a start."""
     running = peak = 0
-    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts
+    for _, step in sorted(steps, key=lambda s: (s[0], s[1])):
         running += step
         peak = max(peak, running)
     return peak
