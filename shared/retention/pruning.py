@@ -23,7 +23,8 @@ outside a job, or left by a job deleted by hand — go by age. A pruned dead or 
 job,
 or a pruned retry, leaves a tombstone (id, type, final state, the decision: who, when,
 why) in `jobdesk_job_tombstones`, so the audit trail and a retry's `retried_from_id` still
-lead somewhere.
+lead somewhere. Batches none of whose jobs is left and concurrency keys no job holds or
+waits for go with the succeeded jobs' age.
 
 Each function here deletes ONE batch (default 1,000 rows) chosen by an id cursor; the
 pruner commits after every batch, so no transaction holds locks for long and a huge
@@ -41,8 +42,15 @@ import sqlalchemy as sa
 from jobdesk.shared.alerts.models import AlertStatus, alerts
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.driver import driver
-from jobdesk.shared.core.models import EffectState, effects, jobs
+from jobdesk.shared.core.models import (
+    ACTIVE_KEYED_SQL,
+    SLOT_WAITING_SQL,
+    EffectState,
+    effects,
+    jobs,
+)
 from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.flow.models import concurrency_keys
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.models import job_tombstones
 from jobdesk.shared.settings.retention import RetentionPolicy
@@ -180,6 +188,25 @@ def prune_batches_batch(
         ).scalars()
     )
     return Batch(_delete_ids(conn, batches, ids, guard), ids[-1] if ids else None)
+
+
+def prune_concurrency_keys_batch(
+    conn: sa.Connection, older_than: datetime, *, limit: int = 1000
+) -> Batch:
+    """Delete concurrency keys unused since `older_than` that no job holds or waits for
+    (the next enqueue with the key makes its row again). No cursor: what is deleted is
+    gone, so each batch takes the next idle keys."""
+    key = concurrency_keys.c.key
+    in_use = sa.exists().where(
+        jobs.c.concurrency_key == key,
+        sa.or_(sa.text(ACTIVE_KEYED_SQL), sa.text(SLOT_WAITING_SQL)),
+    )
+    guard = sa.and_(concurrency_keys.c.updated_at < older_than, ~in_use)
+    keys = list(conn.execute(sa.select(key).where(guard).order_by(key).limit(limit)).scalars())
+    if not keys:
+        return Batch(0, None)
+    deleted = conn.execute(sa.delete(concurrency_keys).where(key.in_(keys), guard)).rowcount
+    return Batch(deleted, len(keys))
 
 
 _TOMBSTONE_COLUMNS = (

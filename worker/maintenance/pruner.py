@@ -86,6 +86,15 @@ def run_once(engine: sa.Engine, now: datetime | None, settings: Settings) -> Pru
             policy,
             result,
         )
+        _drain(
+            engine,
+            "idle_concurrency_keys",
+            lambda conn, after: retention.prune_concurrency_keys_batch(
+                conn, older_batches, limit=policy.batch_size
+            ),
+            policy,
+            result,
+        )
     if policy.alerts_days is not None:
         older = retention.cutoff(now, policy.alerts_days)
         _drain(

@@ -157,7 +157,9 @@ BEGIN
              WHERE c.key = ANY(keys)) AS s;
     {park}
     -- Under the cap: the next waiting jobs of the key take the free slots, at the end of
-    -- the claim order (which is what makes keys take turns).
+    -- the claim order (which is what makes keys take turns). A waiter someone else is
+    -- writing (an operator cancelling it) is passed over for the next one, so the slot
+    -- does not stay free behind it.
     WITH moved AS (
         UPDATE jobdesk_jobs AS j
            SET status = '{_QUEUED}', waiting_for = NULL, updated_at = statement_timestamp(),
@@ -169,7 +171,8 @@ BEGIN
                          WHERE w.concurrency_key = x.k AND w.status = '{_WAITING}'
                            AND w.waiting_for = 0
                          ORDER BY w.priority, w.id
-                         LIMIT greatest(-x.n, 0)) AS w
+                         LIMIT greatest(-x.n, 0)
+                           FOR UPDATE OF w SKIP LOCKED) AS w
                  WHERE x.n < 0) AS p
          WHERE j.id = p.id AND j.status = '{_WAITING}' AND j.waiting_for = 0
         RETURNING j.queue

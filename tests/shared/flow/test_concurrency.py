@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -250,3 +251,37 @@ def peak_running(steps: list[tuple[Any, int]]) -> int:
         running += step
         peak = max(peak, running)
     return peak
+
+
+def test_retention_deletes_keys_no_job_holds_or_waits_for(engine: sa.Engine) -> None:
+    from jobdesk.shared.flow.models import concurrency_keys
+    from jobdesk.shared.retention.pruning import prune_concurrency_keys_batch
+
+    (done,) = add(engine, "slots.limited", 1, "tenant:done")
+    add(engine, "slots.limited", 3, "tenant:busy")  # two run, one waits
+    finish(engine, [j for j in take(engine) if j.id == done])
+    with engine.begin() as conn:
+        now = db_now(conn)
+        assert prune_concurrency_keys_batch(conn, now - timedelta(days=1)).deleted == 0
+        assert prune_concurrency_keys_batch(conn, now + timedelta(days=1)).deleted == 1
+        left = set(conn.execute(sa.select(concurrency_keys.c.key)).scalars())
+    assert left == {"tenant:busy"}
+    # The next enqueue with the pruned key makes its row again, limit and all.
+    add(engine, "slots.limited", 3, "tenant:done")
+    assert [s for _, s in statuses(engine, "tenant:done")] == [
+        "succeeded", "queued", "queued", "waiting",
+    ]  # fmt: skip
+
+
+@pytest.mark.postgresql_only
+def test_a_freed_slot_passes_over_a_waiter_being_written(engine: sa.Engine) -> None:
+    """The next waiter is locked by someone else's transaction (an operator cancelling
+    it): the slot goes to the one after it instead of staying free."""
+    ids = add(engine, "slots.limited", 4, "tenant:6")
+    held = take(engine)
+    with engine.connect() as blocker:
+        blocker.execute(sa.select(jobs.c.id).where(jobs.c.id == ids[2]).with_for_update()).all()
+        finish(engine, held[:1])
+        assert dict(statuses(engine, "tenant:6"))[ids[3]] == "queued"
+        blocker.rollback()
+    assert dict(statuses(engine, "tenant:6"))[ids[2]] == "waiting"
