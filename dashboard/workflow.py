@@ -37,7 +37,7 @@ def waiting_line(workflow: JobWorkflow) -> WaitingLine | None:
 
 
 def _target(workflow: JobWorkflow) -> str:
-    if workflow.slot_key is not None:
+    if workflow.slots is not None:
         return CONCURRENCY_ANCHOR
     if workflow.callback_of is not None and workflow.batch is not None:
         return url_for("jobdesk.batches.detail", batch_id=workflow.batch.id)

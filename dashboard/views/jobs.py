@@ -238,7 +238,9 @@ def detail(job_id: int) -> Any:
         holds = holds_for_job(conn, job_id, now=now)
         workflow = job_workflow(conn, job_id, found.job["status"])
         key = found.job["concurrency_key"]
-        slots = None if key is None else key_slots(conn, key)
+        slots = workflow.slots  # read already when the job waits for one of them
+        if slots is None and key is not None:
+            slots = key_slots(conn, key)
         secrets = secret_names(conn, job_id)
         trace = trace_of(conn, job_id)
     return render(

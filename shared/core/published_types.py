@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -114,9 +115,7 @@ def list_published(
     return [
         PublishedType(
             row.job_type,
-            TypeDefaults(
-                row.queue, row.priority, row.max_attempts, row.timeout_seconds, row.concurrency
-            ),
+            _defaults_of(row),
             row.published_by,
             row.published_at,
         )
@@ -139,6 +138,10 @@ def published_defaults_of(conn: sa.Connection, job_type: str) -> TypeDefaults | 
         raise
     if row is None:
         return None
+    return _defaults_of(row)
+
+
+def _defaults_of(row: Any) -> TypeDefaults:
     return TypeDefaults(
         row.queue, row.priority, row.max_attempts, row.timeout_seconds, row.concurrency
     )

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
-from jobdesk.shared.flow.concurrency import key_slots
+from jobdesk.shared.flow.concurrency import KeySlots, key_slots
 from jobdesk.shared.workflows.batches import batch_of, counts_of
 from jobdesk.shared.workflows.dependencies import dependencies_of, dependents_of, why_waiting
 from jobdesk.shared.workflows.models import batches, job_dependencies
@@ -229,8 +229,8 @@ class JobWorkflow:
     dependencies: list[dict[str, Any]]
     dependents: list[dict[str, Any]]
     waiting_reason: str | None
-    #: Its dependencies met, it waits for a slot of this concurrency key.
-    slot_key: str | None = None
+    #: Its dependencies met, it waits for a slot of this concurrency key (its slots).
+    slots: KeySlots | None = None
 
 
 def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
@@ -249,10 +249,9 @@ def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
     if status == JobStatus.WAITING.value:
         slot_key = _slot_key(conn, job_id)
         if slot_key is not None:
-            reason = f"waiting for a slot: {key_slots(conn, slot_key).sentence()}"
-            return JobWorkflow(
-                batch, callback_of, deps, dependents_of(conn, job_id), reason, slot_key
-            )
+            slots = key_slots(conn, slot_key)
+            reason = f"waiting for a slot: {slots.sentence()}"
+            return JobWorkflow(batch, callback_of, deps, dependents_of(conn, job_id), reason, slots)
         if callback_of is not None and batch is not None:
             reason = _callback_reason(conn, batch, callback_of)
         else:

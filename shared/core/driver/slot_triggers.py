@@ -4,7 +4,7 @@ is the driver's.
 
 Both databases decide from a count, never from a running counter: after the key is
 locked (PostgreSQL: its `jobdesk_concurrency_keys` row; SQLite: one writer at a time) the
-trigger counts the key's jobs that hold a slot, bounded by the key's cap, then parks
+trigger counts the key's jobs that hold a slot, then parks
 what is over the cap (`waiting`, `waiting_for = 0`) or moves the next waiting jobs in.
 A statement that races another sees the other's work once the lock is its turn (each
 statement of the trigger function reads a fresh snapshot), so whichever comes second
@@ -36,6 +36,11 @@ def holds_slot(row: str = "") -> str:
         f"({r}status = '{_QUEUED}' OR ({r}concurrency_limit IS NOT NULL "
         f"AND {r}status IN ('{_RUNNING}', '{_FAILED}')))"
     )
+
+
+def waits_for_slot(row: str) -> str:
+    """Whether `row` (of the key being looked at) waits for one of its key's slots."""
+    return f"{row}.status = '{_WAITING}' AND {row}.waiting_for = 0"
 
 
 def _held_count(key: str, lock: str = "") -> str:
@@ -141,8 +146,7 @@ BEGIN
         OR m.k IN (SELECT c.key FROM jobdesk_concurrency_keys AS c
                     WHERE c.key = ANY(keys) AND EXISTS (
                           SELECT 1 FROM jobdesk_jobs AS w
-                           WHERE w.concurrency_key = c.key AND w.status = '{_WAITING}'
-                             AND w.waiting_for = 0)
+                           WHERE w.concurrency_key = c.key AND {waits_for_slot("w")})
                     ORDER BY c.key
                       FOR UPDATE SKIP LOCKED);
     IF keys IS NULL THEN
@@ -168,13 +172,12 @@ BEGIN
                   FROM unnest(keys, excess) AS x(k, n)
                   CROSS JOIN LATERAL (
                         SELECT w.id FROM jobdesk_jobs AS w
-                         WHERE w.concurrency_key = x.k AND w.status = '{_WAITING}'
-                           AND w.waiting_for = 0
+                         WHERE w.concurrency_key = x.k AND {waits_for_slot("w")}
                          ORDER BY w.priority, w.id
                          LIMIT greatest(-x.n, 0)
                            FOR UPDATE OF w SKIP LOCKED) AS w
                  WHERE x.n < 0) AS p
-         WHERE j.id = p.id AND j.status = '{_WAITING}' AND j.waiting_for = 0
+         WHERE j.id = p.id AND {waits_for_slot("j")}
         RETURNING j.queue
     )
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', q)) INTO woken
@@ -225,8 +228,7 @@ _SQLITE_MOVE_IN = f"""
        SET status = '{_QUEUED}', waiting_for = NULL, updated_at = {_SQLITE_NOW},
            next_run_at = max(next_run_at, {_SQLITE_NOW})
      WHERE id IN (SELECT w.id FROM jobdesk_jobs AS w
-                   WHERE w.concurrency_key = NEW.concurrency_key AND w.status = '{_WAITING}'
-                     AND w.waiting_for = 0
+                   WHERE w.concurrency_key = NEW.concurrency_key AND {waits_for_slot("w")}
                    ORDER BY w.priority, w.id
                    LIMIT max({_SQLITE_CAP} - {_SQLITE_HELD}, 0));"""
 
