@@ -12,7 +12,8 @@
    then `--claims` claims of 10 jobs each, every claim followed by the completion of what
    it took, one transaction each (as a worker does), timed from Python: p50/p95/max of
    each, for jobs without a key (baseline), keys without a limit, and keys limited to 5
-   (then 5 jobs per key are queued and the rest wait for a slot).
+   (then 5 jobs per key are queued and the rest wait for a slot); then the time of the
+   leader's refill pass over that backlog (`SlotRefill`, one a second; median of 5).
 
 Uses fresh databases `jobdesk_bench_fairness` on JOBDESK_BENCH_POSTGRES_URL (default
 postgresql+psycopg://root@127.0.0.1:5432).
@@ -38,10 +39,13 @@ from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.driver.base import Completion
 from jobdesk.shared.core.models import jobs
+from jobdesk.shared.flow.concurrency import REFILL_KEYS_PER_PASS, SlotRefill
 from jobdesk.shared.settings import Settings
 
 DATABASE = "jobdesk_bench_fairness"
 FILL_BATCH = 5000
+#: Refill passes timed after the claims (the leader runs one a second).
+REFILL_PASSES = 5
 
 
 def fill(engine: sa.Engine, count: int, job_type: str, key: object) -> None:
@@ -138,11 +142,18 @@ def claim_cost(server: str, backlog: int, keys: int, claims: int, kind: str) -> 
         assert len(held) == 10, f"claimed {len(held)}"
         claim_ms.append((t1 - t0) * 1000)
         complete_ms.append((t2 - t1) * 1000)
+    refill_ms, refill = [], SlotRefill()
+    for _ in range(REFILL_PASSES):
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            refill.run(conn)
+        refill_ms.append((time.perf_counter() - t0) * 1000)
     engine.dispose()
     return (
         f"  {kind:<15} claim p50 {_p(claim_ms, 50):.2f} p95 {_p(claim_ms, 95):.2f} "
         f"max {max(claim_ms):.2f} ms; completion p50 {_p(complete_ms, 50):.2f} "
-        f"p95 {_p(complete_ms, 95):.2f} ms (backlog filled in {filled:.0f} s)"
+        f"p95 {_p(complete_ms, 95):.2f} ms; a refill pass ({REFILL_KEYS_PER_PASS:,} keys) "
+        f"{statistics.median(refill_ms):.1f} ms (backlog filled in {filled:.0f} s)"
     )
 
 

@@ -12,6 +12,9 @@ takes one, in (priority, id) order, when a job of its key gives one up:
   triggers on `jobdesk_jobs` (`jobdesk.shared.core.driver.slot_triggers`) count the key's
   slots in the transaction of every write that takes or gives one up (enqueue, claim,
   completion, reaper, cancel, plain SQL), with the key's row locked while they count.
+  A slot given up while someone else holds the key is filled by the next statement on
+  the key or, at the latest, by the leader's refill pass a second later
+  (`SlotRefill`).
 - Without one, at most `FAIR_WINDOW` jobs of a key are queued; as the claim takes them,
   the next ones of the key move in at the end of the claim order. A key with 200,000
   waiting jobs and a key with ten therefore take turns instead of the ten waiting for
@@ -41,7 +44,21 @@ from jobdesk.shared.core.models import ACTIVE_KEYED_SQL, install_after_create, j
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.flow.models import concurrency_keys
 
-__all__ = ["FAIR_WINDOW", "KeySlots", "ddl", "drop_ddl", "key_slots"]
+__all__ = [
+    "FAIR_WINDOW",
+    "REFILL_INTERVAL_SECONDS",
+    "KeySlots",
+    "SlotRefill",
+    "ddl",
+    "drop_ddl",
+    "key_slots",
+    "refill_free_slots",
+]
+
+#: How often the leader's refill pass runs (`SlotRefill`).
+REFILL_INTERVAL_SECONDS = 1.0
+#: Keys one refill pass looks at (the next pass goes on from the last one).
+REFILL_KEYS_PER_PASS = 1000
 
 
 def ddl(bind: sa.Connection) -> tuple[str, ...]:
@@ -115,6 +132,34 @@ def key_slots(conn: sa.Connection, key: str) -> KeySlots:
         held=len(held_rows),
         waiting=int(waiting),
     )
+
+
+@dataclass
+class SlotRefill:
+    """The leader's refill pass, run every `REFILL_INTERVAL_SECONDS`: a transaction that
+    gives a slot up while another one holds the key does not wait for it (that wait could
+    deadlock), and the holder may have counted the slot as still taken, so the slot can
+    stay free. Each pass looks at the next `REFILL_KEYS_PER_PASS` keys, in turn through
+    every key, and moves waiting jobs into free slots."""
+
+    after_key: str = ""
+
+    def run(self, conn: sa.Connection) -> int:
+        moved, last = driver(conn).refill_slots(
+            conn, after_key=self.after_key, max_keys=REFILL_KEYS_PER_PASS
+        )
+        self.after_key = last or ""
+        return moved
+
+
+def refill_free_slots(conn: sa.Connection) -> int:
+    """One refill over every key (what the leader's passes do in turns); how many
+    waiting jobs moved in."""
+    refill, moved = SlotRefill(), 0
+    while True:
+        moved += refill.run(conn)
+        if not refill.after_key:
+            return moved
 
 
 install_after_create(frozenset({"jobdesk_jobs", "jobdesk_concurrency_keys"}), ddl)

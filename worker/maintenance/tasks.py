@@ -32,6 +32,7 @@ from jobdesk.worker.maintenance import (
     worker_pruner,
 )
 from jobdesk.worker.maintenance.reaper import Reaper
+from jobdesk.worker.maintenance.slot_refill import SlotRefiller
 from jobdesk.worker.schedules import ScheduleSpec
 
 
@@ -55,7 +56,7 @@ class MaintenanceTask:
 
 
 def default_tasks() -> list[MaintenanceTask]:
-    reaper = Reaper()
+    reaper, refiller = Reaper(), SlotRefiller()
     return [
         MaintenanceTask("reaper", reaper.interval_seconds, reaper.scheduled_run),
         MaintenanceTask(
@@ -78,6 +79,11 @@ def default_tasks() -> list[MaintenanceTask]:
             "counts_compactor",
             counts_compactor.interval_seconds,
             lambda ctx, now: counts_compactor.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "slot_refill",
+            refiller.interval_seconds,
+            lambda ctx, now: refiller.run_once(ctx.engine, now),
         ),
         MaintenanceTask(
             "history_rollup",

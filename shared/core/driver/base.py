@@ -464,6 +464,15 @@ class Driver(ABC):
         return asked, sorted(job_id for job_id in seen if job_id not in set(asked))
 
     @abstractmethod
+    def refill_slots(
+        self, conn: sa.Connection, *, after_key: str, max_keys: int
+    ) -> tuple[int, str | None]:
+        """Move waiting jobs into the free slots of the concurrency keys that have both,
+        looking at up to `max_keys` keys after `after_key` in key order (a slot given up
+        in a race stays free until then: `jobdesk.shared.flow.concurrency`); how many
+        jobs moved in, and the last key looked at (None: no key after it)."""
+
+    @abstractmethod
     def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
         """Wake idle workers of these queues when the caller commits (where the
         database can: LISTEN/NOTIFY); workers elsewhere find the jobs by polling."""

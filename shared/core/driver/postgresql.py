@@ -146,6 +146,15 @@ class PostgreSQLDriver(PostgreSQLJobs):
     ) -> SelectT:
         return query.with_for_update(skip_locked=skip_locked, key_share=key_share)
 
+    def refill_slots(
+        self, conn: sa.Connection, *, after_key: str, max_keys: int
+    ) -> tuple[int, str | None]:
+        row = conn.execute(
+            sa.text("SELECT moved, last_key FROM jobdesk_slots_refill(:after, :n)"),
+            {"after": after_key, "n": max_keys},
+        ).one()
+        return int(row.moved), row.last_key
+
     def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
         if queues:
             conn.execute(_NOTIFY_QUEUES, {"queues": sorted(set(queues))})

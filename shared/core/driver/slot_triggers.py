@@ -52,6 +52,46 @@ def _held_count(key: str, lock: str = "") -> str:
              AS held)"""
 
 
+# Slots held minus the cap, per locked key, in `keys` order. Counted without locking the
+# holders: a holder another transaction is giving up still counts (never over the cap),
+# and the slot it frees is filled by that transaction, the next statement on the key or
+# the refill pass (`jobdesk_slots_refill`).
+_EXCESS = f"""ARRAY(
+      SELECT s.held - s.cap
+        FROM (SELECT c.key, COALESCE(c.slot_limit, {FAIR_WINDOW}) AS cap,
+                     {_held_count("c.key")} AS held
+                FROM jobdesk_concurrency_keys AS c
+               WHERE c.key = ANY(keys)) AS s
+       ORDER BY s.key)"""
+
+# Under the cap: the next waiting jobs of each key take the free slots, at the end of the
+# claim order (which is what makes keys take turns). A waiter someone else is writing (an
+# operator cancelling it) is passed over for the next one, so the slot does not stay free
+# behind it. Needs `keys` (locked, sorted) and `excess`; sets `moved`. The ids are picked
+# once (an ARRAY subquery): joined, the locking subquery was scanned again per row and
+# moved in more than the free slots (the nested trigger then parked the extra ones).
+_MOVE_IN = f"""WITH moved AS (
+        UPDATE jobdesk_jobs AS j
+           SET status = '{_QUEUED}', waiting_for = NULL, updated_at = statement_timestamp(),
+               next_run_at = greatest(j.next_run_at, statement_timestamp())
+         WHERE j.id = ANY(ARRAY(
+               SELECT w.id
+                 FROM unnest(keys, excess) AS x(k, n)
+                 CROSS JOIN LATERAL (
+                       SELECT w.id FROM jobdesk_jobs AS w
+                        WHERE w.concurrency_key = x.k AND {waits_for_slot("w")}
+                        ORDER BY w.priority, w.id
+                        LIMIT greatest(-x.n, 0)
+                          FOR UPDATE OF w SKIP LOCKED) AS w
+                WHERE x.n < 0))
+           AND {waits_for_slot("j")}
+        RETURNING j.queue
+    )
+    SELECT (SELECT count(*) FROM moved),
+           (SELECT count(pg_notify('{NOTIFY_CHANNEL}', r.q))
+              FROM (SELECT DISTINCT queue AS q FROM moved) AS r)
+      INTO moved, woken;"""
+
 # The changed keys: an INSERT's new rows that hold a slot, an UPDATE's keys whose count of
 # slots held changed, a DELETE's rows that held one. An UPDATE's old and new rows are
 # summed, not joined: a key's column never changes, and a join of two transition tables
@@ -104,15 +144,16 @@ def _function(operation: str) -> str:
     -- Over the cap: this statement's newest entrants wait for a slot.
     UPDATE jobdesk_jobs AS j
        SET status = '{_WAITING}', waiting_for = 0, updated_at = statement_timestamp()
-      FROM (SELECT e.id
-              FROM unnest(keys, excess) AS x(k, n)
-              CROSS JOIN LATERAL (
-                    SELECT entered.id FROM ({_ENTERED[operation]}) AS entered
-                     WHERE entered.concurrency_key = x.k
-                     ORDER BY entered.priority DESC, entered.id DESC
-                     LIMIT greatest(x.n, 0)) AS e
-             WHERE x.n > 0) AS p
-     WHERE j.id = p.id AND j.status = '{_QUEUED}';"""
+     WHERE j.id = ANY(ARRAY(
+           SELECT e.id
+             FROM unnest(keys, excess) AS x(k, n)
+             CROSS JOIN LATERAL (
+                   SELECT entered.id FROM ({_ENTERED[operation]}) AS entered
+                    WHERE entered.concurrency_key = x.k
+                    ORDER BY entered.priority DESC, entered.id DESC
+                    LIMIT greatest(x.n, 0)) AS e
+            WHERE x.n > 0))
+       AND j.status = '{_QUEUED}';"""
     return f"""
 CREATE OR REPLACE FUNCTION jobdesk_slots_{operation.lower()}() RETURNS trigger
 LANGUAGE plpgsql SET jit = off AS $$
@@ -121,6 +162,7 @@ DECLARE
     limits integer[];
     deltas integer[];
     excess integer[];
+    moved integer;
     woken integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM slots_{"old" if operation == "DELETE" else "new"}
@@ -137,9 +179,8 @@ BEGIN
        SET slot_limit = {"EXCLUDED.slot_limit" if operation == "INSERT" else "c.slot_limit"},
            updated_at = statement_timestamp();
     -- A key that only gave slots up needs nothing unless jobs wait for one, and then
-    -- only if no one else holds the key: whoever does counts the holders FOR SHARE, so
-    -- it waits for this statement's transaction, sees the slots it freed and fills them.
-    -- (Waiting here instead would deadlock with that count.)
+    -- only if no one else holds the key. Waiting for it could deadlock (its holder may
+    -- wait for a row this transaction wrote); the refill pass fills what is left free.
     SELECT array_agg(m.k ORDER BY m.k) INTO keys
       FROM unnest(keys, deltas) AS m(k, d)
      WHERE m.d > 0
@@ -153,36 +194,54 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    -- Slots held minus the cap, per key, counted after the lock.
-    SELECT array_agg(s.held - s.cap ORDER BY s.key) INTO excess
-      FROM (SELECT c.key, COALESCE(c.slot_limit, {FAIR_WINDOW}) AS cap,
-                   {_held_count("c.key", " FOR SHARE")} AS held
-              FROM jobdesk_concurrency_keys AS c
-             WHERE c.key = ANY(keys)) AS s;
+    excess := {_EXCESS};
     {park}
-    -- Under the cap: the next waiting jobs of the key take the free slots, at the end of
-    -- the claim order (which is what makes keys take turns). A waiter someone else is
-    -- writing (an operator cancelling it) is passed over for the next one, so the slot
-    -- does not stay free behind it.
-    WITH moved AS (
-        UPDATE jobdesk_jobs AS j
-           SET status = '{_QUEUED}', waiting_for = NULL, updated_at = statement_timestamp(),
-               next_run_at = greatest(j.next_run_at, statement_timestamp())
-          FROM (SELECT w.id
-                  FROM unnest(keys, excess) AS x(k, n)
-                  CROSS JOIN LATERAL (
-                        SELECT w.id FROM jobdesk_jobs AS w
-                         WHERE w.concurrency_key = x.k AND {waits_for_slot("w")}
-                         ORDER BY w.priority, w.id
-                         LIMIT greatest(-x.n, 0)
-                           FOR UPDATE OF w SKIP LOCKED) AS w
-                 WHERE x.n < 0) AS p
-         WHERE j.id = p.id AND {waits_for_slot("j")}
-        RETURNING j.queue
-    )
-    SELECT count(pg_notify('{NOTIFY_CHANNEL}', q)) INTO woken
-      FROM (SELECT DISTINCT queue AS q FROM moved) AS r;
+    {_MOVE_IN}
     RETURN NULL;
+END $$"""
+
+
+# The refill pass (the leader's maintenance, `Driver.refill_slots`): a slot given up while
+# another transaction held the key, or while a job parked by a transaction not yet
+# committed was invisible, stays free until the next statement on the key or this pass.
+# It looks at up to `max_keys` keys after `after_key` (key order, so passes take turns
+# through every key), locks those with waiting jobs and free slots as the triggers lock
+# them (skipping any held now: their holder fills them) and moves their next waiters in.
+# Returns how many moved and the last key looked at (NULL: the end was reached).
+_REFILL = f"""
+CREATE OR REPLACE FUNCTION jobdesk_slots_refill(
+    after_key text, max_keys integer, OUT moved integer, OUT last_key text)
+LANGUAGE plpgsql SET jit = off AS $$
+DECLARE
+    keys text[];
+    excess integer[];
+    woken integer;
+    looked integer;
+BEGIN
+    moved := 0;
+    SELECT max(f.key), count(*) INTO last_key, looked
+      FROM (SELECT c.key FROM jobdesk_concurrency_keys AS c
+             WHERE c.key > after_key ORDER BY c.key LIMIT max_keys) AS f;
+    IF looked < max_keys THEN
+        last_key := NULL;
+    END IF;
+    SELECT array_agg(l.key ORDER BY l.key) INTO keys
+      FROM (SELECT c.key FROM jobdesk_concurrency_keys AS c
+             WHERE c.key IN (SELECT f.key FROM jobdesk_concurrency_keys AS f
+                              WHERE f.key > after_key
+                                AND f.key <= COALESCE(last_key, f.key)
+                                AND EXISTS (SELECT 1 FROM jobdesk_jobs AS w
+                                             WHERE w.concurrency_key = f.key
+                                               AND {waits_for_slot("w")})
+                                AND {_held_count("f.key")}
+                                    < COALESCE(f.slot_limit, {FAIR_WINDOW}))
+             ORDER BY c.key
+               FOR UPDATE SKIP LOCKED) AS l;
+    IF keys IS NULL THEN
+        RETURN;
+    END IF;
+    excess := {_EXCESS};
+    {_MOVE_IN}
 END $$"""
 
 
@@ -202,16 +261,20 @@ def _trigger(operation: str) -> str:
 _OPERATIONS = ("INSERT", "UPDATE", "DELETE")
 
 #: The PostgreSQL functions and triggers (the migration and `create_all` run them).
-POSTGRESQL_DDL: tuple[str, ...] = tuple(
-    statement for op in _OPERATIONS for statement in (_function(op), _trigger(op))
+POSTGRESQL_DDL: tuple[str, ...] = (
+    *(statement for op in _OPERATIONS for statement in (_function(op), _trigger(op))),
+    _REFILL,
 )
-POSTGRESQL_DROP: tuple[str, ...] = tuple(
-    statement
-    for op in _OPERATIONS
-    for statement in (
-        f"DROP TRIGGER IF EXISTS jobdesk_slots_{op.lower()} ON jobdesk_jobs",
-        f"DROP FUNCTION IF EXISTS jobdesk_slots_{op.lower()}()",
-    )
+POSTGRESQL_DROP: tuple[str, ...] = (
+    *(
+        statement
+        for op in _OPERATIONS
+        for statement in (
+            f"DROP TRIGGER IF EXISTS jobdesk_slots_{op.lower()} ON jobdesk_jobs",
+            f"DROP FUNCTION IF EXISTS jobdesk_slots_{op.lower()}()",
+        )
+    ),
+    "DROP FUNCTION IF EXISTS jobdesk_slots_refill(text, integer)",
 )
 
 _SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"

@@ -116,6 +116,11 @@ class SQLiteDriver(SQLiteJobs):
         finally:
             raw.set_progress_handler(None, 0)
 
+    def refill_slots(
+        self, conn: sa.Connection, *, after_key: str, max_keys: int
+    ) -> tuple[int, str | None]:
+        return 0, None  # one writer at a time: the row triggers see every freed slot
+
     def notify_queues(self, conn: sa.Connection, queues: Sequence[str]) -> None:
         return  # no LISTEN here: idle workers poll
 

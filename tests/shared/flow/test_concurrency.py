@@ -17,8 +17,10 @@ from jobdesk import NewJob, ValidationError, enqueue, enqueue_many
 from jobdesk.shared.core import decisions, transitions
 from jobdesk.shared.core.claim import ClaimedJob, claim
 from jobdesk.shared.core.clock import db_now
+from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.models import jobs
-from jobdesk.shared.flow.concurrency import FAIR_WINDOW, key_slots
+from jobdesk.shared.flow.concurrency import FAIR_WINDOW, key_slots, refill_free_slots
+from jobdesk.shared.flow.models import concurrency_keys
 from jobdesk.worker.registry import Registry, job
 from jobdesk.worker.testing import drain
 
@@ -214,7 +216,10 @@ def test_twelve_threads_claiming_at_once_never_run_more_than_the_limit(
                 held = take(engine, 3)
                 if held:
                     finish(engine, held)
-                elif not any(s != "succeeded" for _, s in statuses(engine, "tenant:hot")):
+                    continue
+                with engine.begin() as conn:  # the leader's pass, as in a worker fleet
+                    refill_free_slots(conn)
+                if not any(s != "succeeded" for _, s in statuses(engine, "tenant:hot")):
                     return
         except BaseException as exc:
             errors.append(exc)
@@ -285,3 +290,57 @@ def test_a_freed_slot_passes_over_a_waiter_being_written(engine: sa.Engine) -> N
         assert dict(statuses(engine, "tenant:6"))[ids[3]] == "queued"
         blocker.rollback()
     assert dict(statuses(engine, "tenant:6"))[ids[2]] == "waiting"
+
+
+@pytest.mark.postgresql_only
+def test_an_enqueue_and_completions_in_open_transactions_do_not_deadlock(
+    engine: sa.Engine,
+) -> None:
+    """A transaction completing two of a key's jobs in two statements, and an enqueue of
+    the key in between (which counts the key's holders, the one being completed among
+    them): neither waits for the other. The slot the enqueue could not see freed is filled
+    by the refill pass."""
+    ids = add(engine, "slots.limited", 2, "tenant:7")
+    first, second = sorted(take(engine), key=lambda claimed: claimed.id)
+    with engine.connect() as completing:
+        completing.execute(sa.text("SET lock_timeout = '5s'"))
+        now = db_now(completing)
+        assert transitions.complete(completing, second.ref, now=now)
+        with engine.connect() as enqueuing:
+            enqueuing.execute(sa.text("SET lock_timeout = '5s'"))
+            (late,) = [enqueue(enqueuing, "slots.limited", {}, concurrency_key="tenant:7")]
+            assert transitions.complete(completing, first.ref, now=now)
+            completing.commit()
+            enqueuing.commit()
+    assert dict(statuses(engine, "tenant:7"))[late] == "waiting"  # counted a stale holder
+    with engine.begin() as conn:
+        assert refill_free_slots(conn) == 1
+        assert refill_free_slots(conn) == 0
+    assert statuses(engine, "tenant:7") == [
+        (ids[0], "succeeded"), (ids[1], "succeeded"), (late, "queued"),
+    ]  # fmt: skip
+
+
+@pytest.mark.postgresql_only
+def test_refill_passes_take_turns_through_the_keys(engine: sa.Engine) -> None:
+    """Slots left free with jobs waiting (rows written as a race would leave them): each
+    pass looks at the next keys in key order, and a full turn fills every one."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(jobs),
+            [
+                {"job_type": "slots.limited", "concurrency_key": f"tenant:r{k}",
+                 "concurrency_limit": 2, "status": "waiting", "waiting_for": 0}
+                for k in range(3) for _ in range(3)
+            ],
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(concurrency_keys),
+            [{"key": f"tenant:r{k}", "slot_limit": 2} for k in range(3)],
+        )
+        refill = driver(conn).refill_slots
+        assert refill(conn, after_key="", max_keys=2) == (4, "tenant:r1")
+        assert refill(conn, after_key="tenant:r1", max_keys=2) == (2, None)
+        assert refill(conn, after_key="", max_keys=2) == (0, "tenant:r1")
+    found = Counter(status for k in range(3) for _, status in statuses(engine, f"tenant:r{k}"))
+    assert found == {"queued": 6, "waiting": 3}
