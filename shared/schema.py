@@ -14,6 +14,7 @@ from jobdesk.shared.core import job_keys as _job_keys
 from jobdesk.shared.core import payload_terms as _payload_terms
 from jobdesk.shared.core.models import metadata
 from jobdesk.shared.flow import concurrency as _concurrency
+from jobdesk.shared.flow import holds as _holds
 from jobdesk.shared.flow import models as _flow
 from jobdesk.shared.history import models as _history
 from jobdesk.shared.limits import models as _limits
@@ -37,6 +38,7 @@ _TABLE_MODULES = (
     _audit,
     _concurrency,
     _flow,
+    _holds,
     _history,
     _job_counts,
     _job_keys,

@@ -56,6 +56,8 @@ class AuditAction(StrEnum):
     QUEUE_RESUME = "queue.resume"
     SECRET_REVEAL = "secret.reveal"  # noqa: S105 (an action name)
     BATCH_CANCEL = "batch.cancel"
+    HOLD_ADD = "hold.add"
+    HOLD_RELEASE = "hold.release"
 
 
 class AuditEntry(Base):

@@ -69,6 +69,8 @@ _RUNNING_GROUP_SQL = "status = 'running' AND group_key IS NOT NULL"
 _NOT_RUNNING = f"status <> '{JobStatus.RUNNING.value}'"
 #: A job waiting for a slot of its concurrency key (`waiting` with no dependency left).
 SLOT_WAITING_SQL = "status = 'waiting' AND waiting_for = 0 AND concurrency_key IS NOT NULL"
+#: A job a quarantine holds back (`jobdesk.shared.flow.holds`).
+HELD_SQL = "held_by IS NOT NULL"
 #: A keyed job that may hold a slot of its key (`jobdesk.shared.flow.concurrency`).
 ACTIVE_KEYED_SQL = "concurrency_key IS NOT NULL AND status IN ('failed', 'queued', 'running')"
 #: Webhook deliveries that wait (the holds' probe index and its queries share it).
@@ -139,6 +141,9 @@ class Job(Base):
     #: at most `FAIR_WINDOW` queued at once, which is what makes claims fair across keys.
     concurrency_key: Mapped[str | None] = mapped_column(sa.String(KEY_LENGTH))
     concurrency_limit: Mapped[int | None] = mapped_column(sa.Integer)
+    #: The quarantine (`jobdesk_holds`) holding this job back: it is `waiting` until the
+    #: hold is released (`jobdesk.shared.flow.holds`).
+    held_by: Mapped[int | None] = mapped_column(BigId)
 
     __table_args__ = (
         sa.CheckConstraint(in_list("status", list(ALL_STATUSES)), name="status"),
@@ -244,6 +249,14 @@ class Job(Base):
             "id",
             postgresql_where=sa.text("batch_id IS NOT NULL"),
             sqlite_where=sa.text("batch_id IS NOT NULL"),
+        ),
+        # The jobs a quarantine holds (its release, its count, the job's "held" line).
+        sa.Index(
+            "ix_jobdesk_jobs_held_by",
+            "held_by",
+            "id",
+            postgresql_where=sa.text(HELD_SQL),
+            sqlite_where=sa.text(HELD_SQL),
         ),
         # The jobs of a key waiting for one of its slots, in the order they get one.
         sa.Index(

@@ -93,8 +93,10 @@ ALL_STATUSES: tuple[JobStatus, ...] = tuple(JobStatus)
 #: The only moves the system makes. `apply`-style writers check against this table and a
 #: test asserts every transition function stays inside it.
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
-    JobStatus.FAILED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    # ... or back to `waiting`: over its key's slots, or held by a quarantine
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.WAITING}),
+    # a retry a quarantine holds waits, its attempts kept
+    JobStatus.FAILED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.WAITING}),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.SUCCEEDED,
@@ -106,7 +108,8 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.CANCELLED,
         }
     ),
-    # the last dependency succeeded / the batch completed, or an operator's cancel
+    # the last dependency succeeded / the batch completed / a slot freed / a hold was
+    # released, or an operator's cancel
     JobStatus.WAITING: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.DEAD: frozenset(),
@@ -147,11 +150,27 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "apply_cancel_requests": (CANCELLABLE, frozenset({_C})),
 }
 
+#: The flow-control writes of the driver, by method name: a quarantine placed
+#: (`jobdesk.shared.flow.holds`) parks what could run (a job already waiting for a slot
+#: stays `waiting`, now held); released, it lets its jobs go (the triggers park again
+#: what a key's slots or another hold still stop).
+FLOW_TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    "hold_jobs": (frozenset({_Q, _F}), frozenset({_W})),
+    "release_held": (frozenset({_W}), frozenset({_Q})),
+}
+
 #: The moves the database makes itself, by trigger name: `jobdesk.shared.workflows.settle`
 #: releases a waiting job in the transaction of the outcome that completes its batch or
-#: its last dependency.
+#: its last dependency; the slot and hold triggers park and release jobs.
 DATABASE_TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "jobdesk_settle": (frozenset({_W}), frozenset({_Q})),
+    # A key's slots (`jobdesk.shared.flow.concurrency`): a job over the cap waits, the
+    # next waiting one takes a freed slot.
+    "jobdesk_slots (over the cap)": (frozenset({_Q}), frozenset({_W})),
+    "jobdesk_slots (a slot freed)": (frozenset({_W}), frozenset({_Q})),
+    # Quarantine holds (`jobdesk.shared.flow.holds`): a job that could run and matches
+    # an active hold waits (one waiting for a slot stays `waiting`, now held).
+    "jobdesk_holds": (frozenset({_Q, _F}), frozenset({_W})),
 }
 
 #: Writes that leave a job in its state, by function name → the states they apply to:

@@ -20,6 +20,7 @@ from sqlalchemy.dialects.postgresql import Insert as PostgreSQLInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
 from jobdesk.shared.core.db import dump_json
+from jobdesk.shared.core.driver.hold_triggers import holdable
 from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import CANCELLABLE, STOPPABLE, JobStatus, sql_values
@@ -395,6 +396,33 @@ class Driver(ABC):
     def set_payload(self, conn: sa.Connection, ids: Sequence[int], payload: Any) -> None:
         """Replace the payload of these (new, not yet claimed) jobs: a fixed retry's."""
         conn.execute(sa.update(jobs).where(jobs.c.id.in_(list(ids))).values(payload=payload))
+
+    def hold_jobs(
+        self,
+        conn: sa.Connection,
+        hold_id: int,
+        matching: sa.ColumnElement[bool],
+        *,
+        now: datetime,
+    ) -> int:
+        """Park the jobs `matching` that could run (queued, retrying, waiting for a slot)
+        and no hold has yet: `waiting`, `held_by` the hold; how many."""
+        return conn.execute(
+            sa.update(jobs)
+            .where(matching, sa.text(holdable("jobdesk_jobs")))
+            .values(
+                status=JobStatus.WAITING.value, waiting_for=None, held_by=hold_id, updated_at=now
+            )
+        ).rowcount
+
+    def release_held(self, conn: sa.Connection, hold_id: int, *, now: datetime) -> int:
+        """Let the jobs of a released hold go: `queued` again at their own time (the slot
+        and hold triggers park again what a key's slots or another hold still stop)."""
+        return conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.held_by == hold_id, jobs.c.status == JobStatus.WAITING.value)
+            .values(status=JobStatus.QUEUED.value, held_by=None, updated_at=now)
+        ).rowcount
 
     def cancel_jobs(
         self,

@@ -126,12 +126,14 @@ _CHANGED_KEYS = {
 }
 
 # The rows of this statement that took a slot, which are the ones parked when the key is
-# over its cap (an INSERT's queued rows; an UPDATE's rows released to `queued`). Read only
-# when a key is over its cap, which an UPDATE reaches only by releasing waiting jobs.
+# over its cap (an INSERT's queued rows; an UPDATE's rows released to `queued`) and are
+# still queued (a hold may have parked some first). Read only when a key is over its
+# cap, which an UPDATE reaches only by releasing waiting jobs.
 _ENTERED = {
-    "INSERT": f"SELECT n.* FROM slots_new AS n WHERE n.status = '{_QUEUED}'",
-    "UPDATE": f"""SELECT n.* FROM slots_new AS n
-                   WHERE n.status = '{_QUEUED}' AND EXISTS (
+    "INSERT": f"""SELECT n.* FROM slots_new AS n JOIN jobdesk_jobs AS now_ ON now_.id = n.id
+                   WHERE now_.status = '{_QUEUED}'""",
+    "UPDATE": f"""SELECT n.* FROM slots_new AS n JOIN jobdesk_jobs AS now_ ON now_.id = n.id
+                   WHERE now_.status = '{_QUEUED}' AND EXISTS (
                          SELECT 1 FROM slots_old AS o
                           WHERE o.id = n.id AND NOT {holds_slot("o")})""",
 }

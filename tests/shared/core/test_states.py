@@ -7,6 +7,7 @@ from jobdesk.shared.core.states import (
     ALLOWED_TRANSITIONS,
     DATABASE_TRANSITIONS,
     FINAL,
+    FLOW_TRANSITIONS,
     STATE_KEEPING_WRITES,
     TRANSITIONS,
     JobStatus,
@@ -15,7 +16,8 @@ from jobdesk.shared.core.states import (
 
 
 def test_every_transition_function_stays_inside_the_lifecycle_table() -> None:
-    for name, (sources, targets) in [*TRANSITIONS.items(), *DATABASE_TRANSITIONS.items()]:
+    tables = [*TRANSITIONS.items(), *DATABASE_TRANSITIONS.items(), *FLOW_TRANSITIONS.items()]
+    for name, (sources, targets) in tables:
         for source in sources:
             for target in targets:
                 assert is_allowed(source, target), f"{name}: {source} -> {target} not allowed"
