@@ -17,9 +17,10 @@ transaction. A hold is kept after release, as the record of who held what and wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +48,7 @@ __all__ = [
     "held_count",
     "holds_by_id",
     "list_holds",
+    "parse_hold_end",
     "place_hold",
     "preview_hold",
     "release_expired",
@@ -181,6 +183,43 @@ def preview_hold(conn: sa.Connection, target: HoldTarget, *, sample: int = 20) -
     ).scalar_one()
     ids = conn.execute(sa.select(_j.id).where(matching).order_by(_j.id).limit(sample)).scalars()
     return HoldPreview(target, min(count, PREVIEW_COUNT_CAP), count > PREVIEW_COUNT_CAP, tuple(ids))
+
+
+_SPAN = re.compile(r"(\d{1,5})\s*(m|min|h|d)", re.IGNORECASE)
+_SPAN_SECONDS = {"m": 60, "min": 60, "h": 3600, "d": 86400}
+#: The longest a hold may be set to last (an open-ended hold has no end time at all).
+LONGEST_HOLD = timedelta(days=90)
+
+
+def parse_hold_end(
+    *, for_text: str | None = None, until_text: str | None = None, now: datetime
+) -> datetime | None:
+    """A hold's end time from "for 2h" (`30m`, `2h`, `3d`) or "until" an ISO 8601 time
+    (UTC when it names no offset); None for neither. Raises ValidationError."""
+    if for_text and until_text:
+        raise ValidationError("until", "give an end time or a duration, not both")
+    if for_text:
+        found = _SPAN.fullmatch(for_text.strip())
+        if found is None:
+            raise ValidationError("for", f"{for_text[:40]!r} is not a duration like 30m, 2h or 3d")
+        span = timedelta(seconds=int(found[1]) * _SPAN_SECONDS[found[2].lower()])
+        end = now + span
+    elif until_text:
+        try:
+            end = datetime.fromisoformat(until_text.strip())
+        except ValueError:
+            raise ValidationError(
+                "until", f"{until_text[:40]!r} is not a time like 2026-12-05T09:00Z"
+            ) from None
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=UTC)
+    else:
+        return None
+    if end <= now:
+        raise ValidationError("until", "is already past; an end time is in the future")
+    if end - now > LONGEST_HOLD:
+        raise ValidationError("until", "is more than 90 days away; leave it open instead")
+    return end
 
 
 def _checked_reason(reason: str | None) -> str:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.flow.concurrency import KeySlots, key_slots
+from jobdesk.shared.flow.holds import HoldRecord, holds_by_id
 from jobdesk.shared.workflows.batches import batch_of, counts_of
 from jobdesk.shared.workflows.dependencies import dependencies_of, dependents_of, why_waiting
 from jobdesk.shared.workflows.models import batches, job_dependencies
@@ -231,6 +232,8 @@ class JobWorkflow:
     waiting_reason: str | None
     #: Its dependencies met, it waits for a slot of this concurrency key (its slots).
     slots: KeySlots | None = None
+    #: The quarantine holding it (`jobdesk.shared.flow.holds`).
+    hold: HoldRecord | None = None
 
 
 def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
@@ -247,6 +250,14 @@ def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
     deps = dependencies_of(conn, job_id)
     reason = None
     if status == JobStatus.WAITING.value:
+        hold = _hold_of(conn, job_id)
+        if hold is not None:
+            reason = f"held: {hold.sentence()}"
+            if hold.until is not None:
+                reason += f" (until {hold.until:%Y-%m-%d %H:%M} UTC)"
+            return JobWorkflow(
+                batch, callback_of, deps, dependents_of(conn, job_id), reason, hold=hold
+            )
         slot_key = _slot_key(conn, job_id)
         if slot_key is not None:
             slots = key_slots(conn, slot_key)
@@ -257,6 +268,16 @@ def job_workflow(conn: sa.Connection, job_id: int, status: str) -> JobWorkflow:
         else:
             reason = why_waiting(deps)
     return JobWorkflow(batch, callback_of, deps, dependents_of(conn, job_id), reason)
+
+
+def _hold_of(conn: sa.Connection, job_id: int) -> HoldRecord | None:
+    """The hold a `waiting` job is held by (None: it waits for something else)."""
+    hold_id = conn.execute(
+        sa.select(jobs.c.held_by).where(
+            jobs.c.id == job_id, jobs.c.status == JobStatus.WAITING.value
+        )
+    ).scalar()
+    return None if hold_id is None else holds_by_id(conn, [hold_id]).get(hold_id)
 
 
 def _slot_key(conn: sa.Connection, job_id: int) -> str | None:

@@ -26,6 +26,7 @@ from jobdesk.shared.settings import Settings
 from jobdesk.worker.maintenance import (
     alerter,
     counts_compactor,
+    hold_expiry,
     history_rollup,
     periodic,
     pruner,
@@ -79,6 +80,11 @@ def default_tasks() -> list[MaintenanceTask]:
             "counts_compactor",
             counts_compactor.interval_seconds,
             lambda ctx, now: counts_compactor.run_once(ctx.engine, now, ctx.settings),
+        ),
+        MaintenanceTask(
+            "hold_expiry",
+            hold_expiry.interval_seconds,
+            lambda ctx, now: hold_expiry.run_once(ctx.engine, now),
         ),
         MaintenanceTask(
             "slot_refill",
