@@ -32,9 +32,12 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
+from tests.chaos.jobmods import KEY_LIMIT
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
 from tests.chaos.tables import chaos_effects, chaos_once
 
+#: Job types whose effect is a `chaos_effects` row.
+EFFECT_TYPES = ("chaos.effect", "chaos.async_effect", "chaos.keyed_effect", "chaos.once_db")
 OK_CLASSES = ("succeeded once", "succeeded after a caught duplicate", "dead as planted")
 
 #: Attempt outcomes that count against the job's attempts.
@@ -70,6 +73,8 @@ class Verdict:
     """Attempts the handlers' own database work failed (their failures; reported)."""
     doubled_effects: int = 0
     """Same-database effect keys applied more than once (must be 0)."""
+    keyed_peaks: dict[str, int] = field(default_factory=dict)
+    """The most attempts of each concurrency key that ran at once (at most its limit)."""
 
     @property
     def passed(self) -> bool:
@@ -88,6 +93,8 @@ class AttemptRows:
     database: list[str]
     """`job <id> attempt <n>: <first line>` of attempts database trouble spent."""
     handler_database: int
+    #: (concurrency key, started_at, finished_at) of every attempt of a keyed job.
+    keyed: list[tuple[str, Any, Any]] = field(default_factory=list)
 
 
 def _rows(engine: sa.Engine) -> tuple[dict[int, Any], AttemptRows]:
@@ -102,20 +109,26 @@ def _rows(engine: sa.Engine) -> tuple[dict[int, Any], AttemptRows]:
                     jobs.c.max_attempts,
                     jobs.c.result,
                     jobs.c.last_error,
+                    jobs.c.concurrency_key,
                 )
             )
         }
         rows = AttemptRows(defaultdict(Counter), set(), [], 0)
         seen: set[tuple[int, int]] = set()
-        for job_id, attempt, outcome, error in conn.execute(
+        for job_id, attempt, outcome, error, started, finished in conn.execute(
             sa.select(
                 job_attempts.c.job_id,
                 job_attempts.c.attempt,
                 job_attempts.c.outcome,
                 job_attempts.c.error,
+                job_attempts.c.started_at,
+                job_attempts.c.finished_at,
             )
         ):
             rows.outcomes[job_id][outcome] += 1
+            key = getattr(job_rows.get(job_id), "concurrency_key", None)
+            if key is not None:
+                rows.keyed.append((key, started, finished))
             if (job_id, attempt) in seen:
                 rows.duplicates.add((job_id, attempt))
             seen.add((job_id, attempt))
@@ -125,6 +138,24 @@ def _rows(engine: sa.Engine) -> tuple[dict[int, Any], AttemptRows]:
             elif outcome in COUNTED and DATABASE_ERROR.match(first):
                 rows.database.append(f"job {job_id} attempt {attempt}: {first[:160]}")
     return job_rows, rows
+
+
+def _peaks(spans: list[tuple[str, Any, Any]]) -> dict[str, int]:
+    """Per key, the most attempts open at once; at equal times an end comes first. An
+    attempt with no end yet counts as open to the last moment."""
+    steps: defaultdict[str, list[tuple[Any, int]]] = defaultdict(list)
+    for key, started, finished in spans:
+        steps[key].append((started, 1))
+        if finished is not None:
+            steps[key].append((finished, -1))
+    peaks = {}
+    for key, moves in steps.items():
+        running = peak = 0
+        for _, step in sorted(moves, key=lambda move: (move[0], move[1])):
+            running += step
+            peak = max(peak, running)
+        peaks[key] = peak
+    return peaks
 
 
 def _effects(engine: sa.Engine) -> tuple[Counter[str], dict[str, int]]:
@@ -186,6 +217,12 @@ def check(
             verdict.classes["succeeded after a caught duplicate"] += 1
         else:
             verdict.classes["succeeded once"] += 1
+    for key, peak in sorted(_peaks(attempt_rows.keyed).items()):
+        verdict.keyed_peaks[key] = peak
+        if peak > KEY_LIMIT:
+            verdict.failures.append(
+                f"{peak} attempts of concurrency key {key} ran at once (limit {KEY_LIMIT})"
+            )
     for job_id, attempt in sorted(duplicate_attempts)[:5]:
         verdict.bad("attempt history inconsistent", f"job {job_id}: two rows for attempt {attempt}")
     doubled = [key for key, n in effect_rows.items() if n > 1]
@@ -218,7 +255,12 @@ def _effect_of(
 ) -> tuple[int, int, bool]:
     """(times applied, times delivered, known duplicate) for the job's logical effect."""
     key = item.key
-    if item.job_type in ("chaos.effect", "chaos.async_effect", "chaos.once_db"):
+    if item.job_type in (
+        "chaos.effect",
+        "chaos.async_effect",
+        "chaos.keyed_effect",
+        "chaos.once_db",
+    ):
         return effect_rows[key], effect_rows[key], False
     if item.job_type == "chaos.abort":
         return 0, 0, False

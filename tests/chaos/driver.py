@@ -53,6 +53,7 @@ from jobdesk.worker.failpoints import IN_RENEW
 from jobdesk.worker.failpoints import NAMES as FAILPOINT_NAMES
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
+from tests.chaos.jobmods import KEY_LIMIT
 from tests.chaos.latency import LatencyRelay
 from tests.chaos.netlab import DB_ADDRESS, SUBNET, NetLab
 from tests.chaos.partitions import Partitions, finished_since, running_jobs
@@ -259,6 +260,11 @@ class ChaosRun:
             payload: dict[str, Any] = {"key": key, "ms": ms, "die": dies}
             kind = "chaos.async_effect" if rng.random() < 0.4 else "chaos.effect"
             spec = NewJob(kind, payload, group_key=group)
+            if group is None and rng.random() < 0.3:
+                # A few tenants share their keys' slots across the whole fleet.
+                spec = NewJob(
+                    "chaos.keyed_effect", payload, concurrency_key=f"tenant{rng.randint(0, 3)}"
+                )
         elif pick < 0.45:
             dies = rng.random() < 0.02
             spec = NewJob("chaos.once_db", {"key": key, "ms": ms, "die": dies})
@@ -289,6 +295,7 @@ class ChaosRun:
             spec.job_type,
             spec.payload,
             group_key=spec.group_key,
+            concurrency_key=spec.concurrency_key,
             idempotency_key=key,
             max_attempts=attempts,
         )
@@ -882,6 +889,9 @@ class ChaosRun:
             f"database trouble: {verdict.db_attempts} (handlers' own database work failed "
             f"{verdict.handler_db_attempts})"
         )
+        if verdict.keyed_peaks:
+            peaks = ", ".join(f"{key} {peak}" for key, peak in sorted(verdict.keyed_peaks.items()))
+            lines.append(f"keyed jobs, most running at once per key (limit {KEY_LIMIT}): {peaks}")
         lines.append(
             "throughput (jobs/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fig.rates.items())
         )

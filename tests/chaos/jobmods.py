@@ -100,6 +100,25 @@ async def chaos_async_effect(payload: dict[str, Any], ctx: JobContext) -> dict[s
     return await asyncio.to_thread(_apply_effect, payload, ctx)
 
 
+#: At most this many `chaos.keyed_effect` jobs of one concurrency key run at once (the
+#: checker reads it back from the attempts).
+KEY_LIMIT = 2
+
+
+@job(
+    "chaos.keyed_effect",
+    queue=QUEUE,
+    max_attempts=MAX_ATTEMPTS,
+    timeout=10,
+    backoff=FAST,
+    concurrency=KEY_LIMIT,
+)
+def chaos_keyed_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """`chaos.effect` under a per-key limit (its jobs carry a `concurrency_key`)."""
+    _pause(payload)
+    return _apply_effect(payload, ctx)
+
+
 def _apply_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     key = f"effect:{payload['key']}"
     try:
