@@ -143,18 +143,19 @@ def _function(operation: str) -> str:
     park = ""
     if operation in _ENTERED:
         park = f"""
-    -- Over the cap: this statement's newest entrants wait for a slot.
+    -- Over the cap: this statement's newest entrants wait for a slot (ranked in one
+    -- pass: a per-key scan of the transition table, which has no index, was quadratic).
     UPDATE jobdesk_jobs AS j
        SET status = '{_WAITING}', waiting_for = 0, updated_at = statement_timestamp()
      WHERE j.id = ANY(ARRAY(
-           SELECT e.id
-             FROM unnest(keys, excess) AS x(k, n)
-             CROSS JOIN LATERAL (
-                   SELECT entered.id FROM ({_ENTERED[operation]}) AS entered
-                    WHERE entered.concurrency_key = x.k
-                    ORDER BY entered.priority DESC, entered.id DESC
-                    LIMIT greatest(x.n, 0)) AS e
-            WHERE x.n > 0))
+           SELECT r.id
+             FROM (SELECT e.id, x.n, row_number() OVER (
+                          PARTITION BY e.concurrency_key
+                          ORDER BY e.priority DESC, e.id DESC) AS rank
+                     FROM ({_ENTERED[operation]}) AS e
+                     JOIN unnest(keys, excess) AS x(k, n) ON x.k = e.concurrency_key
+                    WHERE x.n > 0) AS r
+            WHERE r.rank <= r.n))
        AND j.status = '{_QUEUED}';"""
     return f"""
 CREATE OR REPLACE FUNCTION jobdesk_slots_{operation.lower()}() RETURNS trigger
