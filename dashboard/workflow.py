@@ -1,7 +1,8 @@
 """A waiting job's "why is this job waiting" line: the words
 `shared.workflows.queries.job_workflow` says, and the page where the wait can be ended.
 
-A job waiting for a slot of its concurrency key leads to the key's panel on its page. A
+A job a quarantine holds leads to that hold on the holds page (where it is released). A
+job waiting for a slot of its concurrency key leads to the key's panel on its page. A
 batch callback leads to its batch (the children it waits for, the retry of the dead
 ones); a job enqueued `after=` others to the dependency that holds it — the dead or
 cancelled one first, the one still running — or to its list of dependencies when it
@@ -37,6 +38,8 @@ def waiting_line(workflow: JobWorkflow) -> WaitingLine | None:
 
 
 def _target(workflow: JobWorkflow) -> str:
+    if workflow.hold is not None:
+        return url_for("jobdesk.holds.index", _anchor=f"hold-{workflow.hold.id}")
     if workflow.slots is not None:
         return CONCURRENCY_ANCHOR
     if workflow.callback_of is not None and workflow.batch is not None:

@@ -40,7 +40,11 @@ from jobdesk.shared.operator.filters import (
 )
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries.audit import entries_for_job
-from jobdesk.shared.operator.queries.holds import holds_for_job, holds_for_jobs
+from jobdesk.shared.operator.queries.holds import (
+    holds_for_job,
+    holds_for_jobs,
+    quarantines_for_jobs,
+)
 from jobdesk.shared.operator.queries.jobs import (
     Page,
     filter_conditions,
@@ -97,6 +101,9 @@ def list_context(
         holds = holds_for_jobs(
             conn, [job.id for job in page.items if job.status in WAITING], now=now
         )
+        held = [job.id for job in page.items if job.status == JobStatus.WAITING.value]
+        for job_id, quarantine in quarantines_for_jobs(conn, held).items():
+            holds[job_id] = [quarantine]
     news_args: dict[str, Any] = filters.to_args()
     if newest_id:
         news_args["newer_than"] = str(newest_id)

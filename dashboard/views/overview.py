@@ -1,8 +1,8 @@
 """The overview: counts by status, queue and type, oldest queued age per queue, the
-jobs held by paused queues, paused endpoints and open breakers, the 24-hour dead-letter
-trend, open alerts, workers and the leader. The panels refresh themselves with htmx
-polling at the operator's remembered interval (`dashboard.refresh`; paused while the tab
-is hidden, see static/dashboard.js)."""
+jobs held by paused queues, paused endpoints, open breakers and quarantines, the 24-hour
+dead-letter trend, open alerts, workers and the leader. The panels refresh themselves
+with htmx polling at the operator's remembered interval (`dashboard.refresh`; paused
+while the tab is hidden, see static/dashboard.js)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from jobdesk.shared.core.states import CLAIMABLE
 from jobdesk.shared.core.worker_registry import list_workers
 from jobdesk.shared.operator.models import Role
 from jobdesk.shared.operator.queries.dead_letters import dead_trend, unresolved_dead_count
-from jobdesk.shared.operator.queries.holds import held_counts
+from jobdesk.shared.operator.queries.holds import HoldKind, held_counts
 from jobdesk.shared.operator.queries.stats import (
     CountRow,
     counts_by_status_queue_type,
@@ -62,12 +62,13 @@ def overview_data() -> dict[str, Any]:
         lease = current_lease(conn, LEADER)
         paused = paused_queues(conn)
         # From the cached counts, so a queue pause costs no query; the jobs behind a
-        # paused endpoint or an open breaker are one bounded index probe each, and only
-        # while one exists (`shared.operator.queries.holds.held_counts`). Not cached itself: a
-        # pause just made shows on the next refresh.
+        # paused endpoint, an open breaker or a quarantine are one bounded index probe
+        # each, and only while one exists (`shared.operator.queries.holds.held_counts`).
+        # Not cached itself: a pause just made shows on the next refresh.
         waiting = _waiting_by_queue_type(aggregates["rows"])
         held = held_counts(conn, now=now, waiting=waiting)
     trend = aggregates["trend"]
+    quarantines = [h for h in held if h.kind is HoldKind.QUARANTINE]
     totals = dict.fromkeys(STATUS_ORDER, 0)
     matrix: dict[tuple[str, str], dict[str, int]] = {}
     for row in aggregates["rows"]:
@@ -93,6 +94,12 @@ def overview_data() -> dict[str, Any]:
         "held": held,
         "held_total": sum(h.count for h in held),
         "held_capped": any(h.capped for h in held),
+        # Queued and failed jobs a pause or breaker holds: part of `waiting_total`. A
+        # quarantined job is `waiting` instead, counted on its own.
+        "held_due": sum(h.count for h in held if h.kind is not HoldKind.QUARANTINE),
+        "held_due_capped": any(h.capped for h in held if h.kind is not HoldKind.QUARANTINE),
+        "quarantined": sum(h.count for h in quarantines),
+        "quarantined_capped": any(h.capped for h in quarantines),
         "waiting_total": sum(waiting.values()),
     }
 

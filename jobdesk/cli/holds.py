@@ -35,7 +35,7 @@ def _target(concurrency_key: str | None, group_key: str | None, payload: str | N
     return HoldTarget.parse(*given[0])
 
 
-def _row(hold: Any) -> dict[str, Any]:
+def _row(hold: Any, *, at_least: bool = False) -> dict[str, Any]:
     return {
         "id": hold.id,
         "match": hold.target.match,
@@ -46,6 +46,7 @@ def _row(hold: Any) -> dict[str, Any]:
         "since": hold.created_at.isoformat(),
         "until": hold.until.isoformat() if hold.until else None,
         "held": hold.held,
+        "at_least": at_least,
         "released_at": hold.released_at.isoformat() if hold.released_at else None,
         "released_by": hold.released_by,
     }
@@ -115,22 +116,26 @@ def add_(
 @click.pass_context
 @user_errors
 def list_(ctx: click.Context, everything: bool, as_json: bool) -> None:
-    """The holds, newest first, with how many jobs each holds now."""
-    from jobdesk.shared.flow.holds import list_holds
+    """The holds, newest first (the active ones, then the released ones), with how many
+    jobs each active one holds now."""
+    from jobdesk.shared.operator.queries.holds import quarantines
 
     with command_engine(ctx, sqlite_begin="DEFERRED") as engine, engine.connect() as conn:
-        rows = list_holds(conn, active_only=not everything)
+        rows = quarantines(conn, active=True)
+        if everything:
+            rows += quarantines(conn, active=False)
     if as_json:
-        echo_json([_row(hold) for hold in rows])
+        echo_json([_row(row.hold, at_least=row.capped) for row in rows])
         return
     if not rows:
         click.echo("no holds" if everything else "no active holds")
         return
-    for hold in rows:
+    for row in rows:
+        hold = row.hold
         state = (
             f"released {hold.released_at:%Y-%m-%d %H:%M} by {hold.released_by}"
             if hold.released_at
-            else f"{hold.held:,} jobs held"
+            else f"{row.count_text()} jobs held"
             + (f", until {hold.until:%Y-%m-%d %H:%M} UTC" if hold.until else "")
         )
         click.echo(f"#{hold.id}  {hold.target.describe()}  {state}")

@@ -18,7 +18,7 @@ transaction. A hold is kept after release, as the record of who held what and wh
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,7 +34,9 @@ from jobdesk.shared.core.driver.hold_triggers import (
     SQLITE_DROP,
 )
 from jobdesk.shared.core.errors import ValidationError
+from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.models import KEY_LENGTH, install_after_create, jobs
+from jobdesk.shared.core.validation import check_reason
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.flow.models import HOLD_MATCHES, holds
 
@@ -45,12 +47,11 @@ __all__ = [
     "HoldTarget",
     "ddl",
     "drop_ddl",
-    "held_count",
     "holds_by_id",
-    "list_holds",
     "parse_hold_end",
     "place_hold",
     "preview_hold",
+    "record_of",
     "release_expired",
     "release_hold",
 ]
@@ -131,7 +132,8 @@ class HoldTarget:
 
 @dataclass(frozen=True, slots=True)
 class HoldRecord:
-    """A hold as stored, with the number of jobs it holds now."""
+    """A hold as stored; `held`: the jobs it holds, as counted by whoever built the record
+    (placing it: the jobs it took; 0 when nobody counted)."""
 
     id: int
     target: HoldTarget
@@ -228,7 +230,9 @@ def _checked_reason(reason: str | None) -> str:
         raise ValidationError("reason", "says why (the held jobs show it)")
     if len(text) > REASON_LENGTH:
         raise ValidationError("reason", f"is limited to {REASON_LENGTH} characters")
-    return text
+    if any(ord(char) < 32 and char not in "\n\t" for char in text):
+        raise ValidationError("reason", "must not contain control characters")
+    return mask_text(text)
 
 
 def place_hold(
@@ -296,7 +300,7 @@ def release_hold(
         action=AuditAction.HOLD_RELEASE,
         now=now,
         subject=HoldTarget(row.match, row.value, row.path).describe()[:KEY_LENGTH],
-        reason=(reason or "").strip() or None,
+        reason=check_reason(reason, required=False),
         details={"hold": hold_id, "released": released},
     )
     return released
@@ -316,55 +320,29 @@ def release_expired(conn: sa.Connection, now: datetime) -> int:
     return count
 
 
-def held_count(conn: sa.Connection, hold_ids: Sequence[int]) -> dict[int, int]:
-    """How many jobs each hold holds now (`ix_jobdesk_jobs_held_by`)."""
-    if not hold_ids:
-        return {}
-    rows = conn.execute(
-        sa.select(_j.held_by, sa.func.count())
-        .where(_j.held_by.in_(list(hold_ids)), _j.status == JobStatus.WAITING.value)
-        .group_by(_j.held_by)
-    ).all()
-    found = {int(row[0]): int(row[1]) for row in rows}
-    return {hold_id: found.get(hold_id, 0) for hold_id in hold_ids}
-
-
-def _records(conn: sa.Connection, rows: Iterable[Any]) -> list[HoldRecord]:
-    rows = list(rows)
-    counts = held_count(conn, [row.id for row in rows])
-    return [
-        HoldRecord(
-            id=row.id,
-            target=HoldTarget(row.match, row.value, row.path, tuple(row.candidates or ())),
-            reason=row.reason,
-            created_by=row.created_by,
-            created_at=row.created_at,
-            until=row.until,
-            released_at=row.released_at,
-            released_by=row.released_by,
-            held=counts[row.id],
-        )
-        for row in rows
-    ]
-
-
-def list_holds(
-    conn: sa.Connection, *, active_only: bool = True, limit: int = 200
-) -> list[HoldRecord]:
-    """Holds, newest first: the active ones, or all (`active_only=False`)."""
-    query = sa.select(holds).order_by(_h.id.desc()).limit(limit)
-    if active_only:
-        query = query.where(_h.released_at.is_(None))
-    return _records(conn, conn.execute(query))
+def record_of(row: Any, *, held: int = 0) -> HoldRecord:
+    """A stored hold (a `jobdesk_holds` row) as a record; `held` as counted by the caller."""
+    return HoldRecord(
+        id=row.id,
+        target=HoldTarget(row.match, row.value, row.path, tuple(row.candidates or ())),
+        reason=row.reason,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        until=row.until,
+        released_at=row.released_at,
+        released_by=row.released_by,
+        held=held,
+    )
 
 
 def holds_by_id(conn: sa.Connection, ids: Iterable[int]) -> dict[int, HoldRecord]:
-    """The holds with these ids (for the jobs they hold)."""
+    """The holds with these ids (for the jobs they hold; their jobs are not counted:
+    `jobdesk.shared.operator.queries.holds.quarantines` counts, bounded)."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    found = _records(conn, conn.execute(sa.select(holds).where(_h.id.in_(wanted))))
-    return {hold.id: hold for hold in found}
+    rows = conn.execute(sa.select(holds).where(_h.id.in_(wanted)))
+    return {row.id: record_of(row) for row in rows}
 
 
 install_after_create(frozenset({"jobdesk_jobs", "jobdesk_holds"}), ddl)

@@ -192,6 +192,8 @@ class JobFilters:
     #: Waiting jobs a paused queue, paused endpoint or open breaker holds (`any`) or one
     #: of those (`operator.holds.HOLD_FILTERS`).
     held: str | None = None
+    #: Jobs quarantine hold #N holds now (`jobdesk_holds`, `operator.holds.quarantined_by`).
+    held_by: int | None = None
     #: Payload terms (`payload=user_id=42 endpoint=crm`, see `operator.payload_search`).
     payload: tuple[Term, ...] = ()
     sort: str = DEFAULT_SORT
@@ -254,6 +256,7 @@ class JobFilters:
             batch=parse_positive_int("batch", _single(args, "batch")),
             endpoint=_name(args, "webhook"),
             held=_choice(args, "held", HOLD_FILTERS),
+            held_by=parse_positive_int("held_by", _single(args, "held_by")),
             payload=payload,
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,

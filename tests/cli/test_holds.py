@@ -86,6 +86,7 @@ def test_bad_holds_are_named_and_write_nothing(engine: sa.Engine, db_url: str) -
         (["--concurrency-key", "a", "--reason", "x", "--until", "2001-01-01T00:00Z"],
          "is already past"),
         (["--concurrency-key", "a", "--reason", "x", "--for", "200d"], "more than 90 days"),
+        (["--concurrency-key", "a", "--reason", "a\x00b"], "must not contain control"),
     ]  # fmt: skip
     for args, message in cases:
         code, out = run(db_url, "holds", "add", *args)

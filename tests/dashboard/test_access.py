@@ -55,6 +55,10 @@ EXPECTED_ROLES = {
     "jobdesk.queues.index": "viewer",
     "jobdesk.queues.pause": "operator",
     "jobdesk.queues.resume": "operator",
+    "jobdesk.holds.index": "viewer",
+    "jobdesk.holds.preview": "operator",
+    "jobdesk.holds.place": "operator",
+    "jobdesk.holds.release": "operator",
     "jobdesk.schedules.index": "viewer",
     "jobdesk.schedules.pause_schedule": "operator",
     "jobdesk.schedules.resume_schedule": "operator",
@@ -90,6 +94,7 @@ GET_PAGES = [
     "/alerts/news?newer_than=1",
     "/endpoints",
     "/queues",
+    "/holds",
     "/schedules",
     "/workers",
     "/batches",
@@ -99,6 +104,7 @@ OPERATOR_GETS = [
     "/dead/bulk?action=retry&ids=1",
     "/jobs/1/payload.json",
     "/jobs/cancel?status=queued",
+    "/holds/preview?match=concurrency_key&value=tenant:42&reason=x",
 ]
 ADMIN_GETS = ["/operators"]
 POSTS = {
@@ -114,6 +120,8 @@ POSTS = {
     "/breakers/close": {"key": "webhook:crm"},
     "/queues/webhooks/pause": {"reason": "x"},
     "/queues/webhooks/resume": {},
+    "/holds": {"match": "concurrency_key", "value": "tenant:42", "reason": "x"},
+    "/holds/1/release": {},
     "/schedules/nightly/pause": {"reason": "x"},
     "/schedules/nightly/resume": {},
     "/schedules/nightly/run": {},

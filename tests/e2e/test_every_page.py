@@ -7,13 +7,15 @@ behind the charts, the password forms).
 Every table has rows: on top of the signup story, the CRM webhook has its deliveries and
 an open breaker, the reports queue is paused, the nightly report has run once, the
 failed report is ignored with its run shown, the bounced email is fixed and retried (a
-payload diff in the audit log), one account is disabled, and a batch runs with a dead
-child and its parts enqueued `after=` an extract (its graph drawn).
+payload diff in the audit log), one account is disabled, a batch runs with a dead
+child and its parts enqueued `after=` an extract (its graph drawn), and one tenant is
+quarantined while an earlier quarantine of another was released.
 
 The pages are the ones the navigation offers an admin (so a new page is covered the day
 it gets a nav link) plus the detail pages a person lands on from them. The screenshots
 are `docs/screenshots/pages/<page>-<width>-<scheme>.png` when
-`JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots` is set.
+`JOBDESK_E2E_SCREENSHOT_DIR=docs/screenshots` is set. The holds page's preview and its
+form refused with every field's error are toured too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.queues import pause_queue
+from jobdesk.shared.flow.holds import HoldTarget, place_hold, release_hold
 from jobdesk.shared.limits.breakers import record_failure
 from jobdesk.shared.operator.commands.accounts import add_operator, set_disabled
 from jobdesk.shared.operator.commands.triage import fix_and_retry, ignore_dead
@@ -107,6 +111,35 @@ def fill_every_table(engine: sa.Engine, seeded: Seeded) -> SeededBatch:
     return seed_batch(engine)
 
 
+#: The reason of the quarantine on the holds page: as long as on-call writes them.
+HOLD_REASON = "Runaway CSV import from tenant 42 floods the imports queue; ticket OPS-4711"
+
+
+def fill_holds(engine: sa.Engine) -> int:
+    """An active quarantine with jobs held (and until when), a released one; returns one
+    held job."""
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        held = enqueue_many(
+            conn,
+            [
+                NewJob("tenant.import", {"row": n}, queue="imports", concurrency_key=key)
+                for key in ("tenant:42", "tenant:7")
+                for n in range(3)
+            ],
+        )
+        old = place_hold(
+            conn, HoldTarget.parse("payload", "account_id=7"), reason="Duplicate billing run",
+            actor="ada", now=now - timedelta(hours=3),
+        )  # fmt: skip
+        release_hold(conn, old.id, actor="sam", now=now - timedelta(hours=1), reason="Cleaned up")
+        place_hold(
+            conn, HoldTarget.parse("concurrency_key", "tenant:42"), reason=HOLD_REASON,
+            actor="sam", now=now, until=now + timedelta(hours=4),
+        )  # fmt: skip
+    return held[0]
+
+
 def nav_pages(page: Any) -> dict[str, str]:
     links = page.eval_on_selector_all(
         "nav[aria-label=Main] a", "els => els.map(a => [a.textContent.trim(), a.href])"
@@ -134,19 +167,28 @@ def test_every_page_fits_a_phone_and_passes_axe(
     page, mode = screen
     base, seeded = live_server
     batch = fill_every_table(engine, seeded)
+    quarantined = fill_holds(engine)
     folder = screenshot_dir / "pages"
     folder.mkdir(exist_ok=True)
     page.goto(f"{base}/login")
     problems = check(page, "login", mode, folder)
     log_in(page, base, "ada")
     pages = nav_pages(page)
-    assert {"overview", "jobs", "batches", "dead-letters", "queues", "workers"} <= set(pages)
+    assert {"overview", "jobs", "batches", "dead-letters", "queues", "holds", "workers"} <= set(
+        pages
+    )
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
     pages["job-report"] = f"{base}/jobs/{seeded.report_dead}"
     pages["jobs-dead"] = f"{base}/jobs?status=dead"
     pages["settings"] = f"{base}/settings"
     pages["batch"] = f"{base}/batches/{batch.id}"
     pages["job-waiting"] = f"{base}/jobs/{batch.on_success}"
+    pages["job-quarantined"] = f"{base}/jobs/{quarantined}"
+    pages["jobs-quarantined"] = f"{base}/jobs?held_by=2"
+    pages["hold-preview"] = (
+        f"{base}/holds/preview?match=concurrency_key&value=tenant%3A7&reason=Runaway+import&hours=4"
+    )
+    pages["hold-refused"] = f"{base}/holds/preview?match=payload&value=a%3D1+b%3D2&hours=0"
     for name, url in pages.items():
         page.goto(url)
         problems += check(page, name, mode, folder)

@@ -13,8 +13,9 @@ from jobdesk import enqueue
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.core.retry import RetryPolicy
-from jobdesk.shared.flow.holds import HoldTarget, list_holds, place_hold
+from jobdesk.shared.flow.holds import HoldTarget, place_hold
 from jobdesk.shared.flow.models import concurrency_keys
+from jobdesk.shared.operator.queries.holds import quarantines
 from jobdesk.shared.settings import Settings
 from jobdesk.worker.maintenance.tasks import MaintenanceContext, default_tasks
 
@@ -51,7 +52,7 @@ def test_a_hold_ends_at_its_end_time(engine: sa.Engine) -> None:
         assert conn.execute(sa.select(jobs.c.status).where(jobs.c.id == job_id)).scalar() == (
             "queued"
         )
-        assert list_holds(conn) == []
+        assert quarantines(conn, active=True) == []
 
 
 @pytest.mark.postgresql_only

@@ -26,8 +26,8 @@ from jobdesk.shared.settings import Settings
 from jobdesk.worker.maintenance import (
     alerter,
     counts_compactor,
-    hold_expiry,
     history_rollup,
+    hold_expiry,
     periodic,
     pruner,
     worker_pruner,

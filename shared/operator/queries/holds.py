@@ -14,6 +14,11 @@ lives — nothing here is stored on the job itself:
   every member but the group's head);
 - its time: `next_run_at` in the future (a backoff, a `run_at`, a snooze).
 
+A quarantine (`jobdesk.shared.flow.holds`) is different: it parks its jobs as `waiting`
+with `held_by` naming it, so the claim never sees them. `quarantines_for_jobs` names the
+quarantine of each such job on a page of jobs; a job's own page says it through
+`shared.workflows.queries.job_workflow`.
+
 `holds_for_jobs` answers for a page of jobs with a fixed number of statements whatever
 the page size (the job rows, then one lookup per kind for every job at once);
 `holds_for_job` is the one-job case. Only `queued` and `failed` jobs wait.
@@ -22,8 +27,10 @@ the page size (the job rows, then one lookup per kind for every job at once);
 paused queue reports"). It must stay cheap at 10M jobs: queue pauses are answered from
 the kept counts the caller already has, and the jobs behind a paused endpoint or an
 open breaker are counted only when one exists, each with one bounded probe (see
-`_ENDPOINT_COUNT`). `held_condition` is the same rule as a WHERE clause, for the jobs
-list's `held` filter, so a count and the list behind its link agree.
+`_ENDPOINT_COUNT`). Each active quarantine adds a bounded probe of
+`ix_jobdesk_jobs_held_by` (`quarantine_counts`), and none runs while no hold is active.
+`held_condition` is the same rule as a WHERE clause, for the jobs list's `held` filter,
+so a count and the list behind its link agree; `quarantined_by` is the `held_by` filter's.
 
 A job is counted under the first hold that stops it, in the order the worker meets
 them: the queue's pause (nothing is claimed), then the endpoint's pause, then the
@@ -45,6 +52,8 @@ from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import WAITING_WEBHOOK_SQL, jobs, queue_pauses
 from jobdesk.shared.core.queues import QueuePause, paused_queues
 from jobdesk.shared.core.states import CLAIMABLE, JobStatus, sql_values
+from jobdesk.shared.flow.holds import PREVIEW_COUNT_CAP, HoldRecord, record_of
+from jobdesk.shared.flow.models import holds as quarantine_holds
 from jobdesk.shared.limits.models import BreakerState, circuit_breakers, rate_limits
 from jobdesk.shared.operator.filters import HOLD_FILTERS
 from jobdesk.shared.operator.zones import local_text
@@ -56,10 +65,15 @@ __all__ = [
     "HeldCount",
     "Hold",
     "HoldKind",
+    "QuarantineCount",
     "held_condition",
     "held_counts",
     "holds_for_job",
     "holds_for_jobs",
+    "quarantine_counts",
+    "quarantined_by",
+    "quarantines",
+    "quarantines_for_jobs",
 ]
 
 EMAIL_JOB_TYPE = "email.send"
@@ -68,14 +82,21 @@ SMTP_KEY = "smtp:default"
 #: The overview counts the jobs behind one paused endpoint or open breaker up to this
 #: many; past it the line says "1,000+" instead of walking all of them.
 COUNT_CAP = 1000
+#: The jobs one quarantine holds are counted up to this many ("10,000+" past it): the
+#: same bound as the preview that placed it, so the two numbers can be compared.
+QUARANTINE_COUNT_CAP = PREVIEW_COUNT_CAP
+#: The overview and the holds page probe at most this many active quarantines.
+QUARANTINES_SHOWN = 100
 
 _CLAIMABLE_VALUES = sql_values(CLAIMABLE)
 _WAITING_BREAKER = (BreakerState.OPEN.value, BreakerState.HALF_OPEN.value)
 
 
 class HoldKind(StrEnum):
-    """What holds a job, in the order a worker meets them."""
+    """What holds a job, in the order a worker meets them (a quarantined job is never
+    claimed at all)."""
 
+    QUARANTINE = "quarantine"
     QUEUE_PAUSED = "queue_paused"
     ENDPOINT_PAUSED = "endpoint_paused"
     BREAKER_OPEN = "breaker_open"
@@ -91,8 +112,9 @@ _SNOOZING = frozenset({HoldKind.ENDPOINT_PAUSED, HoldKind.BREAKER_OPEN, HoldKind
 @dataclass(frozen=True, slots=True)
 class Hold:
     """One reason a job waits. `name` is the queue, endpoint, breaker or rate-limit key
-    it is about; `until` when the hold ends by itself (None: until someone acts);
-    `by` who paused; `detail` the reason or context; `job_id` the blocking job."""
+    it is about (a quarantine's target, "tenant:42"); `until` when the hold ends by
+    itself (None: until someone acts); `by` who paused or placed it; `detail` the reason
+    or context; `job_id` the blocking job; `hold_id` the quarantine."""
 
     kind: HoldKind
     name: str | None = None
@@ -100,6 +122,7 @@ class Hold:
     by: str | None = None
     detail: str | None = None
     job_id: int | None = None
+    hold_id: int | None = None
 
     def text(self, now: datetime, zone: tzinfo = UTC) -> str:
         """The whole line, e.g. "held: endpoint crm paused until 08:10 UTC — CRM
@@ -107,6 +130,9 @@ class Hold:
         today's there)."""
         until = f" until {clock(self.until, now, zone)}" if self.until else ""
         tail = f" — {self.detail}" if self.detail else ""
+        if self.kind is HoldKind.QUARANTINE:
+            end = f" (until {clock(self.until, now, zone)})" if self.until else ""
+            return f"held: quarantine of {self.name} by {self.by}{tail}{end}"
         if self.kind is HoldKind.QUEUE_PAUSED:
             return f"held: queue {self.name} paused by {self.by}{tail}"
         if self.kind is HoldKind.ENDPOINT_PAUSED:
@@ -372,10 +398,14 @@ class HeldCount:
     name: str
     count: int
     capped: bool = False
+    #: The quarantine's id (`HoldKind.QUARANTINE` only).
+    hold_id: int | None = None
 
     @property
     def filter_args(self) -> dict[str, str]:
         """The jobs list's query arguments for exactly these jobs."""
+        if self.kind is HoldKind.QUARANTINE:
+            return {"held_by": str(self.hold_id)}
         if self.kind is HoldKind.QUEUE_PAUSED:
             return {"queue": self.name, "held": "queue"}
         if self.kind is HoldKind.ENDPOINT_PAUSED:
@@ -422,7 +452,8 @@ def _count_endpoint(conn: sa.Connection, name: str) -> tuple[int, bool]:
 def held_counts(
     conn: sa.Connection, *, now: datetime, waiting: Mapping[tuple[str, str], int]
 ) -> list[HeldCount]:
-    """The waiting jobs each queue pause, endpoint pause and open breaker holds.
+    """The waiting jobs each queue pause, endpoint pause and open breaker holds, then
+    the jobs each active quarantine holds (`quarantine_counts`).
 
     `waiting`: the queued + failed counts by (queue, job type), as the overview already
     has them from the kept counts — so a queue pause costs no query, and the probes for
@@ -456,6 +487,7 @@ def held_counts(
             continue
         if count:
             found.append(HeldCount(HoldKind.BREAKER_OPEN, key, count, capped))
+    found.extend(quarantine_counts(conn))
     return found
 
 
@@ -490,3 +522,103 @@ def held_condition(conn: sa.Connection, kind: str, *, now: datetime) -> sa.Colum
     if kind == "breaker":
         return sa.and_(waiting, sa.not_(in_paused_queue), by_breaker)
     return sa.and_(waiting, sa.or_(in_paused_queue, by_endpoint, by_breaker))
+
+
+# --- quarantines ---------------------------------------------------------------------
+
+
+def quarantined_by(hold_id: int) -> sa.ColumnElement[bool]:
+    """The jobs quarantine `hold_id` holds now (the jobs list's `held_by` filter): those
+    `waiting` with `held_by` naming it — a held job cancelled meanwhile keeps `held_by`
+    but is held no more. Served by `ix_jobdesk_jobs_held_by` (held_by, id), newest first
+    too."""
+    return sa.and_(jobs.c.held_by == hold_id, jobs.c.status == JobStatus.WAITING.value)
+
+
+def _count_quarantined(conn: sa.Connection, hold_id: int) -> tuple[int, bool]:
+    """How many jobs one quarantine holds, walking at most `QUARANTINE_COUNT_CAP + 1`
+    index entries (a runaway tenant's million jobs cost the same as ten thousand)."""
+    cap = QUARANTINE_COUNT_CAP
+    probe = sa.select(jobs.c.id).where(quarantined_by(hold_id)).limit(cap + 1).subquery()
+    found = int(conn.execute(sa.select(sa.func.count()).select_from(probe)).scalar_one())
+    return min(found, cap), found > cap
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineCount:
+    """A quarantine as the holds page lists it: the stored hold, its `held` the jobs it
+    holds now, counted up to `QUARANTINE_COUNT_CAP` (`capped`: at least that many)."""
+
+    hold: HoldRecord
+    capped: bool = False
+
+    def count_text(self) -> str:
+        return f"{self.hold.held:,}+" if self.capped else f"{self.hold.held:,}"
+
+
+def quarantines(
+    conn: sa.Connection, *, active: bool, limit: int = QUARANTINES_SHOWN
+) -> list[QuarantineCount]:
+    """Quarantines, newest first: the active ones with the jobs each holds now (one
+    bounded probe each), or the released ones (a release lets every job go: no probe)."""
+    h = quarantine_holds.c
+    query = (
+        sa.select(quarantine_holds)
+        .where(h.released_at.is_(None) if active else h.released_at.is_not(None))
+        .order_by(h.id.desc())
+        .limit(limit)
+    )
+    found = []
+    for row in conn.execute(query).all():
+        held, capped = _count_quarantined(conn, row.id) if active else (0, False)
+        found.append(QuarantineCount(record_of(row, held=held), capped))
+    return found
+
+
+def quarantine_counts(conn: sa.Connection) -> list[HeldCount]:
+    """The overview's part for quarantines: the jobs each active one holds now (one
+    query of the small active-holds index, then a bounded probe per hold — none while
+    no hold is active)."""
+    return [
+        HeldCount(HoldKind.QUARANTINE, q.hold.target.describe(), q.hold.held, q.capped, q.hold.id)
+        for q in quarantines(conn, active=True)
+        if q.hold.held
+    ]
+
+
+def quarantines_for_jobs(conn: sa.Connection, ids: Iterable[int]) -> dict[int, Hold]:
+    """The quarantine holding each `waiting` job among `ids` (the jobs list's line under
+    the status), in two statements whatever the number of ids; jobs no quarantine holds
+    are left out."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    held = conn.execute(
+        sa.select(jobs.c.id, jobs.c.held_by).where(
+            jobs.c.id.in_(wanted),
+            jobs.c.status == JobStatus.WAITING.value,
+            jobs.c.held_by.is_not(None),
+        )
+    ).all()
+    if not held:
+        return {}
+    h = quarantine_holds.c
+    stored = {
+        row.id: row
+        for row in conn.execute(
+            sa.select(quarantine_holds).where(h.id.in_(sorted({row.held_by for row in held})))
+        )
+    }
+    found: dict[int, Hold] = {}
+    for job_id, hold_id in held:
+        row = stored.get(hold_id)
+        if row is not None:
+            found[job_id] = Hold(
+                HoldKind.QUARANTINE,
+                record_of(row).target.describe(),
+                row.until,
+                by=row.created_by,
+                detail=row.reason,
+                hold_id=row.id,
+            )
+    return found

@@ -30,7 +30,7 @@ from jobdesk.shared.core.states import ACTIVE, CLAIMABLE, JobStatus, sql_values
 from jobdesk.shared.operator.filters import MAX_ID, UNRESOLVED, JobFilters, check_time_range
 from jobdesk.shared.operator.queries.attempts import AttemptLine, attempt_lines
 from jobdesk.shared.operator.queries.audit import AuditRow, entries_for_job
-from jobdesk.shared.operator.queries.holds import endpoint_name, held_condition
+from jobdesk.shared.operator.queries.holds import endpoint_name, held_condition, quarantined_by
 from jobdesk.shared.operator.queries.payload_search import payload_matches
 from jobdesk.shared.operator.queries.payload_summary import payload_summary
 from jobdesk.shared.operator.queries.visible_text import searchable_error_sql
@@ -150,6 +150,8 @@ def filter_conditions(
         conditions.append(endpoint_name(conn) == filters.endpoint)
     if filters.held is not None:
         conditions.append(held_condition(conn, filters.held, now=now))
+    if filters.held_by is not None:
+        conditions.append(quarantined_by(filters.held_by))
     conditions.extend(payload_matches(conn, term) for term in filters.payload)
     return conditions
 

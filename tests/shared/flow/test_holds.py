@@ -18,12 +18,12 @@ from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.flow.holds import (
     HoldTarget,
-    list_holds,
     place_hold,
     preview_hold,
     release_expired,
     release_hold,
 )
+from jobdesk.shared.operator.queries.holds import quarantines
 from jobdesk.worker.registry import Registry, job
 
 _reg = Registry()
@@ -84,7 +84,7 @@ def test_a_hold_takes_the_waiting_jobs_of_a_key_and_catches_new_ones(engine: sa.
     assert state(engine, [late]) == [("waiting", hold_id)]
     assert [j.id for j in take(engine)] == other  # the queue keeps going
     with engine.connect() as conn:
-        (listed,) = list_holds(conn)
+        ((listed, _),) = [(q.hold, q.capped) for q in quarantines(conn, active=True)]
     assert (listed.id, listed.held, listed.sentence()) == (
         hold_id, 3, "quarantine of tenant:42 by ana — runaway import",
     )  # fmt: skip
@@ -164,7 +164,7 @@ def test_a_hold_with_an_end_time_is_released_by_the_leader(engine: sa.Engine) ->
         ).id
         assert release_expired(conn, now + timedelta(minutes=59)) == 0
         assert release_expired(conn, now + timedelta(hours=1)) == 1
-        (record,) = list_holds(conn, active_only=False)
+        (record,) = [q.hold for q in quarantines(conn, active=False)]
     assert (record.id, record.active, record.released_by) == (
         hold_id, False, "jobdesk (end time reached)",
     )  # fmt: skip

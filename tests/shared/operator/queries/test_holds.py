@@ -372,3 +372,97 @@ def test_the_destination_keys_are_the_ones_the_handlers_use() -> None:
 
     assert holds_module.SMTP_KEY == PROVIDER_KEY
     assert breaker_key("crm") == "webhook:crm"
+
+
+# --- quarantines (`jobdesk.shared.flow.holds`) -----------------------------------------
+
+
+def quarantine(conn: sa.Connection, match: str, value: str, until: datetime | None = None) -> int:
+    from jobdesk.shared.flow.holds import HoldTarget, place_hold
+
+    target = HoldTarget.parse(match, value)
+    return place_hold(conn, target, reason="runaway import", actor="ana", now=PAST, until=until).id
+
+
+def test_the_overview_counts_each_quarantine_and_the_list_shows_its_jobs(
+    engine: sa.Engine,
+) -> None:
+    from jobdesk.shared.flow.holds import release_hold
+
+    with engine.begin() as conn:
+        tenant = [make_job(conn, concurrency_key="tenant:42", next_run_at=PAST) for _ in range(3)]
+        orders = [make_job(conn, group_key="orders-7", next_run_at=PAST) for _ in range(2)]
+        make_job(conn, concurrency_key="tenant:7", next_run_at=PAST)
+        running = make_job(conn, concurrency_key="tenant:42", status="running", attempts=1)
+        by_key = quarantine(conn, "concurrency_key", "tenant:42")
+        by_group = quarantine(conn, "group_key", "orders-7")
+        released = quarantine(conn, "payload", "account_id=1")
+        release_hold(conn, released, actor="bo", now=PAST)
+        pause_queue(conn, "reports", actor="sam", reason="month-end close", now=PAST)
+        make_job(conn, queue="reports", next_run_at=PAST)
+    with engine.connect() as conn:
+        counts = held_counts(conn, now=NOW, waiting=waiting_counts(conn))
+        assert counts == [
+            HeldCount(HoldKind.QUEUE_PAUSED, "reports", 1),
+            HeldCount(HoldKind.QUARANTINE, "group orders-7", 2, hold_id=by_group),
+            HeldCount(HoldKind.QUARANTINE, "tenant:42", 3, hold_id=by_key),
+        ]
+        assert counts[2].filter_args == {"held_by": str(by_key)}
+        assert held_ids(conn, **counts[1].filter_args) == set(orders)
+        assert held_ids(conn, **counts[2].filter_args) == set(tenant)
+        assert running not in held_ids(conn, held_by=str(by_key))
+        # a quarantined job is `waiting`, never among the jobs a pause or breaker holds
+        assert held_ids(conn, held="any").isdisjoint(tenant)
+
+
+def test_the_count_behind_a_quarantine_stops_at_the_cap(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(holds_module, "QUARANTINE_COUNT_CAP", 3)
+    with engine.begin() as conn:
+        for _ in range(5):
+            make_job(conn, concurrency_key="tenant:42", next_run_at=PAST)
+        hold_id = quarantine(conn, "concurrency_key", "tenant:42")
+    with engine.connect() as conn:
+        assert held_counts(conn, now=NOW, waiting=waiting_counts(conn)) == [
+            HeldCount(HoldKind.QUARANTINE, "tenant:42", 3, capped=True, hold_id=hold_id)
+        ]
+        (listed,) = holds_module.quarantines(conn, active=True)
+    assert (listed.hold.held, listed.capped, listed.count_text()) == (3, True, "3+")
+
+
+def test_a_page_of_jobs_names_the_quarantine_holding_each(engine: sa.Engine) -> None:
+    from jobdesk.shared.flow.holds import release_hold
+
+    with engine.begin() as conn:
+        held = [make_job(conn, concurrency_key="tenant:42", next_run_at=PAST) for _ in range(3)]
+        free = make_job(conn, next_run_at=PAST)
+        hold_id = quarantine(conn, "concurrency_key", "tenant:42", until=NOW + timedelta(hours=2))
+    with engine.connect() as conn:
+        with counted_statements(engine) as seen:
+            found = holds_module.quarantines_for_jobs(conn, [*held, free])
+        assert len(seen) == 2
+        assert set(found) == set(held)
+        hold = found[held[0]]
+        assert (hold.kind, hold.hold_id) == (HoldKind.QUARANTINE, hold_id)
+        assert hold.text(NOW) == (
+            "held: quarantine of tenant:42 by ana — runaway import (until 12:00 UTC)"
+        )
+        assert holds_module.quarantines_for_jobs(conn, [free]) == {}
+    with engine.begin() as conn:
+        release_hold(conn, hold_id, actor="bo", now=NOW)
+    with engine.connect() as conn:
+        assert holds_module.quarantines_for_jobs(conn, held) == {}
+        (gone,) = holds_module.quarantines(conn, active=False)
+        assert holds_module.quarantines(conn, active=True) == []
+    assert (gone.hold.id, gone.hold.released_by, gone.hold.held) == (hold_id, "bo", 0)
+
+
+def test_a_bad_held_by_filter_is_refused_naming_it() -> None:
+    from jobdesk.shared.core.errors import ValidationError
+
+    for raw in ("tenant:42", "0", "-1", "9" * 30):
+        with pytest.raises(ValidationError) as caught:
+            JobFilters.from_args({"held_by": raw})
+        assert caught.value.field == "held_by"
+    assert JobFilters.from_args({"held_by": "7"}).to_args() == {"held_by": "7"}
