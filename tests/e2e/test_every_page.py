@@ -115,9 +115,9 @@ def fill_every_table(engine: sa.Engine, seeded: Seeded) -> SeededBatch:
 HOLD_REASON = "Runaway CSV import from tenant 42 floods the imports queue; ticket OPS-4711"
 
 
-def fill_holds(engine: sa.Engine) -> int:
+def fill_holds(engine: sa.Engine) -> tuple[int, int]:
     """An active quarantine with jobs held (and until when), a released one; returns one
-    held job."""
+    held job and one keyed job that is not held (its page shows the key's slots)."""
     now = datetime.now(UTC)
     with engine.begin() as conn:
         held = enqueue_many(
@@ -137,7 +137,7 @@ def fill_holds(engine: sa.Engine) -> int:
             conn, HoldTarget.parse("concurrency_key", "tenant:42"), reason=HOLD_REASON,
             actor="sam", now=now, until=now + timedelta(hours=4),
         )  # fmt: skip
-    return held[0]
+    return held[0], held[3]
 
 
 def nav_pages(page: Any) -> dict[str, str]:
@@ -167,7 +167,7 @@ def test_every_page_fits_a_phone_and_passes_axe(
     page, mode = screen
     base, seeded = live_server
     batch = fill_every_table(engine, seeded)
-    quarantined = fill_holds(engine)
+    quarantined, keyed = fill_holds(engine)
     folder = screenshot_dir / "pages"
     folder.mkdir(exist_ok=True)
     page.goto(f"{base}/login")
@@ -184,6 +184,7 @@ def test_every_page_fits_a_phone_and_passes_axe(
     pages["batch"] = f"{base}/batches/{batch.id}"
     pages["job-waiting"] = f"{base}/jobs/{batch.on_success}"
     pages["job-quarantined"] = f"{base}/jobs/{quarantined}"
+    pages["job-keyed"] = f"{base}/jobs/{keyed}"
     pages["jobs-quarantined"] = f"{base}/jobs?held_by=2"
     pages["hold-preview"] = (
         f"{base}/holds/preview?match=concurrency_key&value=tenant%3A7&reason=Runaway+import&hours=4"
