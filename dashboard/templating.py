@@ -27,6 +27,7 @@ from jobdesk.shared.operator.queries.payload_summary import summary_pairs
 from jobdesk.shared.operator.queries.totals import describe
 from jobdesk.shared.operator.queries.visible_text import stack_start
 from jobdesk.shared.operator.zones import abbreviation, as_utc, local_text
+from jobdesk.shared.redrives.queries import redrive_progress
 
 # C0 controls except tab and newline, DEL, C1 controls, and Unicode bidi/zero-width
 # controls that can make text read differently from what it is.
@@ -258,4 +259,5 @@ def install(app: Flask) -> None:
         refresh_intervals=REFRESH_INTERVALS,
         remembered_refresh=remembered_refresh,
         trend_chart_of=trend_chart_of,
+        redrive_progress=redrive_progress,
     )

@@ -19,6 +19,7 @@ from jobdesk.shared.flow import models as _flow
 from jobdesk.shared.history import models as _history
 from jobdesk.shared.limits import models as _limits
 from jobdesk.shared.operator import models as _operator
+from jobdesk.shared.redrives import models as _redrives
 from jobdesk.shared.reports import models as _reports
 from jobdesk.shared.retention import models as _retention
 from jobdesk.shared.schedules import models as _schedules
@@ -45,6 +46,7 @@ _TABLE_MODULES = (
     _limits,
     _operator,
     _payload_terms,
+    _redrives,
     _reports,
     _retention,
     _schedules,

@@ -58,6 +58,12 @@ class AuditAction(StrEnum):
     BATCH_CANCEL = "batch.cancel"
     HOLD_ADD = "hold.add"
     HOLD_RELEASE = "hold.release"
+    REDRIVE_START = "redrive.start"
+    REDRIVE_PAUSE = "redrive.pause"
+    REDRIVE_RESUME = "redrive.resume"
+    REDRIVE_CANCEL = "redrive.cancel"
+    REDRIVE_STOP = "redrive.stop"
+    REDRIVE_FINISH = "redrive.finish"
 
 
 class AuditEntry(Base):

@@ -34,6 +34,13 @@ EXPECTED_ROLES = {
     "jobdesk.dead.index": "viewer",
     "jobdesk.dead.news": "viewer",
     "jobdesk.dead.bulk_preview": "operator",
+    "jobdesk.redrives.index": "viewer",
+    "jobdesk.redrives.detail": "viewer",
+    "jobdesk.redrives.new": "operator",
+    "jobdesk.redrives.start": "operator",
+    "jobdesk.redrives.pause": "operator",
+    "jobdesk.redrives.resume": "operator",
+    "jobdesk.redrives.cancel": "operator",
     "jobdesk.history.index": "viewer",
     "jobdesk.actions.retry": "operator",
     "jobdesk.secrets.reveal": "admin",
@@ -98,6 +105,7 @@ GET_PAGES = [
     "/schedules",
     "/workers",
     "/batches",
+    "/redrives",
 ]
 OPERATOR_GETS = [
     "/jobs/1/fix",
@@ -105,6 +113,7 @@ OPERATOR_GETS = [
     "/jobs/1/payload.json",
     "/jobs/cancel?status=queued",
     "/holds/preview?match=concurrency_key&value=tenant:42&reason=x",
+    "/redrives/new?type=webhook.deliver",
 ]
 ADMIN_GETS = ["/operators"]
 POSTS = {
@@ -114,6 +123,16 @@ POSTS = {
     "/jobs/cancel": {"status": "queued", "reason": "x", "low": "1", "high": "1"},
     "/jobs/1/fix": {"payload": "{}"},
     "/dead/bulk": {"action": "retry", "ids": "1"},
+    "/redrives": {
+        "type": "webhook.deliver",
+        "rate": "60",
+        "stop_failures": "5",
+        "stop_window": "20",
+        "reason": "x",
+    },
+    "/redrives/1/pause": {"reason": "x"},
+    "/redrives/1/resume": {},
+    "/redrives/1/cancel": {"reason": "x"},
     "/alerts/1/acknowledge": {"note": "x"},
     "/endpoints/crm/pause": {"reason": "x"},
     "/endpoints/crm/resume": {},

@@ -8,8 +8,9 @@ Every table has rows: on top of the signup story, the CRM webhook has its delive
 an open breaker, the reports queue is paused, the nightly report has run once, the
 failed report is ignored with its run shown, the bounced email is fixed and retried (a
 payload diff in the audit log), one account is disabled, a batch runs with a dead
-child and its parts enqueued `after=` an extract (its graph drawn), and one tenant is
-quarantined while an earlier quarantine of another was released.
+child and its parts enqueued `after=` an extract (its graph drawn), one tenant is
+quarantined while an earlier quarantine of another was released, and two redrives
+exist: one stopped by its rule (its new jobs failed again), one paused.
 
 The pages are the ones the navigation offers an admin (so a new page is covered the day
 it gets a nav link) plus the detail pages a person lands on from them. The screenshots
@@ -49,6 +50,7 @@ from tests.e2e.screens import (
     screen_problems,
 )
 from tests.e2e.test_batches_pages import SeededBatch, seed_batch
+from tests.e2e.test_redrive_stories import seed_redrives
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
 
@@ -168,13 +170,23 @@ def test_every_page_fits_a_phone_and_passes_axe(
     base, seeded = live_server
     batch = fill_every_table(engine, seeded)
     quarantined, keyed = fill_holds(engine)
+    redrives = seed_redrives(engine)
     folder = screenshot_dir / "pages"
     folder.mkdir(exist_ok=True)
     page.goto(f"{base}/login")
     problems = check(page, "login", mode, folder)
     log_in(page, base, "ada")
     pages = nav_pages(page)
-    assert {"overview", "jobs", "batches", "dead-letters", "queues", "holds", "workers"} <= set(
+    assert {
+        "overview",
+        "jobs",
+        "batches",
+        "dead-letters",
+        "redrives",
+        "queues",
+        "holds",
+        "workers",
+    } <= set(  # fmt: skip
         pages
     )
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
@@ -190,6 +202,8 @@ def test_every_page_fits_a_phone_and_passes_axe(
         f"{base}/holds/preview?match=concurrency_key&value=tenant%3A7&reason=Runaway+import&hours=4"
     )
     pages["hold-refused"] = f"{base}/holds/preview?match=payload&value=a%3D1+b%3D2&hours=0"
+    pages["redrive"] = f"{base}/redrives/{redrives.stopped}"
+    pages["redrive-slowly"] = f"{base}/redrives/new?type=export.part&next=/dead"
     for name, url in pages.items():
         page.goto(url)
         problems += check(page, name, mode, folder)

@@ -30,6 +30,7 @@ from jobdesk.worker.maintenance import (
     hold_expiry,
     periodic,
     pruner,
+    redriver,
     worker_pruner,
 )
 from jobdesk.worker.maintenance.reaper import Reaper
@@ -90,6 +91,11 @@ def default_tasks() -> list[MaintenanceTask]:
             "slot_refill",
             refiller.interval_seconds,
             lambda ctx, now: refiller.run_once(ctx.engine, now),
+        ),
+        MaintenanceTask(
+            "redriver",
+            redriver.interval_seconds,
+            lambda ctx, now: redriver.run_once(ctx.engine, now),
         ),
         MaintenanceTask(
             "history_rollup",
