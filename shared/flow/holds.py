@@ -36,8 +36,8 @@ from jobdesk.shared.core.driver.hold_triggers import (
 from jobdesk.shared.core.errors import ValidationError
 from jobdesk.shared.core.masking import mask_text
 from jobdesk.shared.core.models import KEY_LENGTH, install_after_create, jobs
-from jobdesk.shared.core.validation import check_reason
 from jobdesk.shared.core.states import JobStatus
+from jobdesk.shared.core.validation import check_reason
 from jobdesk.shared.flow.models import HOLD_MATCHES, holds
 
 __all__ = [

@@ -177,18 +177,8 @@ def test_every_page_fits_a_phone_and_passes_axe(
     problems = check(page, "login", mode, folder)
     log_in(page, base, "ada")
     pages = nav_pages(page)
-    assert {
-        "overview",
-        "jobs",
-        "batches",
-        "dead-letters",
-        "redrives",
-        "queues",
-        "holds",
-        "workers",
-    } <= set(  # fmt: skip
-        pages
-    )
+    menu = {"overview", "jobs", "batches", "dead-letters", "redrives", "queues", "holds"}
+    assert menu | {"workers"} <= set(pages)
     pages["job-dead"] = f"{base}/jobs/{seeded.crm_dead[0]}"
     pages["job-report"] = f"{base}/jobs/{seeded.report_dead}"
     pages["jobs-dead"] = f"{base}/jobs?status=dead"
