@@ -51,6 +51,7 @@ from jobdesk.shared.core.models import (
 )
 from jobdesk.shared.core.states import JobStatus
 from jobdesk.shared.flow.models import concurrency_keys
+from jobdesk.shared.redrives.models import ACTIVE_STATES, redrive_items, redrives
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.models import job_tombstones
 from jobdesk.shared.settings.retention import RetentionPolicy
@@ -188,6 +189,28 @@ def prune_batches_batch(
         ).scalars()
     )
     return Batch(_delete_ids(conn, batches, ids, guard), ids[-1] if ids else None)
+
+
+def prune_redrives_batch(
+    conn: sa.Connection, older_than: datetime, *, after_id: int = 0, limit: int = 1000
+) -> Batch:
+    """Delete redrives that ended before `older_than`, with their per-job rows (the audit
+    log keeps every requeue and every change of state)."""
+    ended = sa.and_(
+        redrives.c.finished_at < older_than,
+        redrives.c.state.not_in([state.value for state in ACTIVE_STATES]),
+    )
+    ids = list(
+        conn.execute(
+            sa.select(redrives.c.id)
+            .where(ended, redrives.c.id > after_id)
+            .order_by(redrives.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    if ids:
+        conn.execute(sa.delete(redrive_items).where(redrive_items.c.redrive_id.in_(ids)))
+    return Batch(_delete_ids(conn, redrives, ids, ended), ids[-1] if ids else None)
 
 
 def prune_concurrency_keys_batch(

@@ -88,6 +88,15 @@ def run_once(engine: sa.Engine, now: datetime | None, settings: Settings) -> Pru
         )
         _drain(
             engine,
+            "ended_redrives",
+            lambda conn, after: retention.prune_redrives_batch(
+                conn, older_batches, after_id=after, limit=policy.batch_size
+            ),
+            policy,
+            result,
+        )
+        _drain(
+            engine,
             "idle_concurrency_keys",
             lambda conn, after: retention.prune_concurrency_keys_batch(
                 conn, older_batches, limit=policy.batch_size

@@ -550,3 +550,22 @@ def test_the_list_is_newest_first_and_pages_by_id(engine: sa.Engine) -> None:
         assert [r.id for r in list_redrives(conn)] == [email, crm]
         assert [r.id for r in list_redrives(conn, before_id=email)] == [crm]
         assert [r.id for r in list_redrives(conn, active_only=True)] == [email]
+
+
+def test_retention_deletes_ended_redrives_with_their_rows(engine: sa.Engine) -> None:
+    from jobdesk.shared.redrives.commands import cancel_redrive
+    from jobdesk.shared.retention.pruning import prune_redrives_batch
+
+    with engine.begin() as conn:
+        dead_jobs(conn, 2)
+    ended, running = start(engine), None
+    with engine.begin() as conn:
+        cancel_redrive(conn, ended, actor="sam", reason="wrong group", now=T0)
+        dead_jobs(conn, 1)
+    running = start(engine)
+    with engine.begin() as conn:
+        assert prune_redrives_batch(conn, T0).deleted == 0  # ended at T0, not before
+        assert prune_redrives_batch(conn, T0 + timedelta(days=1)).deleted == 1
+        left = set(conn.execute(sa.select(redrives.c.id)).scalars())
+        items = set(conn.execute(sa.select(redrive_items.c.redrive_id)).scalars())
+    assert left == items == {running}
