@@ -32,9 +32,8 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import JobStatus
-from tests.chaos.jobmods import KEY_LIMIT
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
-from tests.chaos.tables import chaos_effects, chaos_once
+from tests.chaos.tables import KEY_LIMIT, chaos_effects, chaos_once
 
 #: Job types whose effect is a `chaos_effects` row.
 EFFECT_TYPES = ("chaos.effect", "chaos.async_effect", "chaos.keyed_effect", "chaos.once_db")

@@ -53,14 +53,13 @@ from jobdesk.worker.failpoints import IN_RENEW
 from jobdesk.worker.failpoints import NAMES as FAILPOINT_NAMES
 from tests.chaos.checker import Planned, Verdict, check
 from tests.chaos.fleet import Fleet
-from tests.chaos.jobmods import KEY_LIMIT
 from tests.chaos.latency import LatencyRelay
 from tests.chaos.netlab import DB_ADDRESS, SUBNET, NetLab
 from tests.chaos.partitions import Partitions, finished_since, running_jobs
 from tests.chaos.pgserver import DRIVER_APP, PrivatePostgres
 from tests.chaos.profiles import Profile
 from tests.chaos.receivers import SmtpSink, WebhookReceiver
-from tests.chaos.tables import ABORTS, MAX_ATTEMPTS, metadata
+from tests.chaos.tables import ABORTS, KEY_LIMIT, MAX_ATTEMPTS, metadata
 from tests.chaos.workflows import WORKFLOW_CLASSES, Unit, check_units, enqueue_unit
 from tests.pgbouncer import PgBouncer
 

@@ -46,7 +46,7 @@ from jobdesk.shared.core.retry import ExponentialBackoff, RetryPolicy
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import registry
 from jobdesk.worker.resilience import DB_ERRORS
-from tests.chaos.tables import MAX_ATTEMPTS, QUEUE, chaos_effects, chaos_once
+from tests.chaos.tables import KEY_LIMIT, MAX_ATTEMPTS, QUEUE, chaos_effects, chaos_once
 
 FAST = ExponentialBackoff(base=timedelta(seconds=0.2), cap=timedelta(seconds=2))
 for _name in ("email.send", "webhook.deliver"):
@@ -98,11 +98,6 @@ async def chaos_async_effect(payload: dict[str, Any], ctx: JobContext) -> dict[s
     """`chaos.effect` as an `async def`: its transaction on a thread, off the loop."""
     await _pause_async(payload)
     return await asyncio.to_thread(_apply_effect, payload, ctx)
-
-
-#: At most this many `chaos.keyed_effect` jobs of one concurrency key run at once (the
-#: checker reads it back from the attempts).
-KEY_LIMIT = 2
 
 
 @job(

@@ -10,6 +10,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 MAX_ATTEMPTS = 25
+#: At most this many `chaos.keyed_effect` jobs of one concurrency key run at once (the
+#: checker reads it back from the attempts).
+KEY_LIMIT = 2
 QUEUE = "chaos"
 #: How a `chaos.abort` handler ends its attempts.
 ABORTS = ("system_exit", "keyboard_interrupt", "unprintable")

@@ -259,3 +259,17 @@ def test_chaos_profile() -> None:
     lines: list[str] = []
     passed = ChaosRun(profile, seed, out=lines.append).run()
     assert passed, "\n".join(lines)
+
+
+def test_the_suites_own_modules_leave_the_built_in_types_alone() -> None:
+    """Only the chaos workers import `tests.chaos.jobmods`, which gives the built-in
+    types fast retries: a test process that imports the checker or the driver keeps
+    their real policies (the webhook tests read them)."""
+    code = (
+        "import sys, tests.chaos.checker, tests.chaos.driver, tests.chaos.__main__; "
+        "print('tests.chaos.jobmods' in sys.modules)"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert found.stdout.strip() == "False"
