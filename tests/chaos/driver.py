@@ -302,6 +302,12 @@ class ChaosRun:
 
     def _enqueuer(self) -> None:
         assert self.engine is not None
+        # As an app does, the enqueuer imports the job module, so its jobs carry their
+        # types' options (the keyed type's limit) even before a worker published them.
+        # Here, not at the top: a test process that only imports the driver keeps the
+        # built-in types' real retry policies (the module gives them fast ones).
+        import tests.chaos.jobmods  # noqa: F401
+
         total, rate = self.profile.jobs, self.profile.rate
         start = self.marks["start"]
         done = 0
