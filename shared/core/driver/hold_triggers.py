@@ -71,22 +71,21 @@ def first_hold(row: str, *, postgresql: bool) -> str:
     )
 
 
+# Row triggers whose WHEN clause lets in only rows a hold could park: a claim (to
+# `running`) or a completion never calls the function (a statement trigger ran on every
+# claim and completion and cost the worker's throughput).
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION jobdesk_holds_catch() RETURNS trigger
 LANGUAGE plpgsql SET jit = off AS $$
 BEGIN
-    -- (A statement-level trigger fires for no rows too: its own UPDATE's included.)
-    IF NOT EXISTS ({ACTIVE_HOLDS})
-       OR NOT EXISTS (SELECT 1 FROM holds_new AS n WHERE {holdable("n")}) THEN
+    IF NOT EXISTS ({ACTIVE_HOLDS}) THEN
         RETURN NULL;
     END IF;
     UPDATE jobdesk_jobs AS j
        SET status = '{_WAITING}', waiting_for = NULL, held_by = c.hold,
            updated_at = statement_timestamp()
-      FROM (SELECT n.id, {first_hold("n", postgresql=True)} AS hold
-              FROM holds_new AS n
-             WHERE {holdable("n")}) AS c
-     WHERE j.id = c.id AND c.hold IS NOT NULL AND {holdable("j")};
+      FROM (SELECT {first_hold("NEW", postgresql=True)} AS hold) AS c
+     WHERE j.id = NEW.id AND c.hold IS NOT NULL AND {holdable("j")};
     RETURN NULL;
 END $$"""
 
@@ -95,8 +94,7 @@ POSTGRESQL_DDL: tuple[str, ...] = (
     _PG_FUNCTION,
     *(
         f"CREATE TRIGGER jobdesk_holds_{op.lower()} AFTER {op} ON jobdesk_jobs "
-        "REFERENCING NEW TABLE AS holds_new FOR EACH STATEMENT "
-        "EXECUTE FUNCTION jobdesk_holds_catch()"
+        f"FOR EACH ROW WHEN {holdable('NEW')} EXECUTE FUNCTION jobdesk_holds_catch()"
         for op in ("INSERT", "UPDATE")
     ),
 )
