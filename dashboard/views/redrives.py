@@ -173,15 +173,20 @@ def _refused(verb: str) -> Any:
     return lambda redrive_id: f"Redrive #{redrive_id} not {verb}"
 
 
+def _change(command: Any, redrive_id: int) -> None:
+    """Run a redrive command (pause, resume, cancel) as the signed-in operator."""
+    with db.write() as conn:
+        command(
+            conn, redrive_id, actor=auth.actor(), reason=request.form.get("reason"),
+            now=db.now(conn),
+        )  # fmt: skip
+
+
 @bp.post("/redrives/<jobdesk_id:redrive_id>/pause")
 @auth.requires(Role.OPERATOR)
 @action(_redrive_url, refused=_refused("paused"))
 def pause(redrive_id: int) -> Done:
-    with db.write() as conn:
-        pause_redrive(
-            conn, redrive_id, actor=auth.actor(), reason=request.form.get("reason"),
-            now=db.now(conn),
-        )  # fmt: skip
+    _change(pause_redrive, redrive_id)
     return Done(f"Paused redrive #{redrive_id}: nothing more is requeued until it is resumed.")
 
 
@@ -189,11 +194,7 @@ def pause(redrive_id: int) -> Done:
 @auth.requires(Role.OPERATOR)
 @action(_redrive_url, refused=_refused("resumed"))
 def resume(redrive_id: int) -> Done:
-    with db.write() as conn:
-        resume_redrive(
-            conn, redrive_id, actor=auth.actor(), reason=request.form.get("reason"),
-            now=db.now(conn),
-        )  # fmt: skip
+    _change(resume_redrive, redrive_id)
     return Done(f"Resumed redrive #{redrive_id} at its pace.")
 
 
@@ -201,11 +202,7 @@ def resume(redrive_id: int) -> Done:
 @auth.requires(Role.OPERATOR)
 @action(_redrive_url, refused=_refused("cancelled"))
 def cancel(redrive_id: int) -> Done:
-    with db.write() as conn:
-        cancel_redrive(
-            conn, redrive_id, actor=auth.actor(), reason=request.form.get("reason"),
-            now=db.now(conn),
-        )  # fmt: skip
+    _change(cancel_redrive, redrive_id)
     return Done(
         f"Cancelled redrive #{redrive_id}: the dead jobs it had not reached stay dead, "
         "waiting for a decision."
