@@ -66,7 +66,7 @@ from jobdesk.shared.tracing.otel import tracing_configured
 from jobdesk.shared.tracing.store import StoredTrace, traces_of
 from jobdesk.worker import failpoints
 from jobdesk.worker.async_pool import AsyncPool
-from jobdesk.worker.completer import Completer, RecordOutcome
+from jobdesk.worker.completer import Completer, RecordOutcomes
 from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.executor import (
     Attempt,
@@ -142,7 +142,7 @@ class Runner:
         handler_engine: sa.Engine | None = None,
         worker_id: str | None = None,
         install_signals: bool = True,
-        record_outcome: RecordOutcome | None = None,
+        record_outcomes: RecordOutcomes | None = None,
         tune_gc: bool = False,
         watchdog: FreezeWatchdog | None = None,
     ) -> None:
@@ -187,7 +187,7 @@ class Runner:
             policy_for=registry.policy_for,
             worker_id=self.worker_id,
             on_written=self._on_written,
-            record_outcome=record_outcome,
+            record_outcomes=record_outcomes,
         )
         self.heartbeat = Heartbeat(
             engine,

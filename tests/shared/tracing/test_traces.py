@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.tracing.models import job_traces
-from jobdesk.shared.tracing.otel import inject_headers
+from jobdesk.shared.tracing.otel import inject_headers, outcome_recorder
 from jobdesk.shared.tracing.store import trace_of, traces_of
 from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.context import JobContext
@@ -31,7 +31,7 @@ from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import job as job_decorator
 from jobdesk.worker.runner import Runner
 from jobdesk.worker.testing import drain
-from tests.otel_sdk import in_memory_spans
+from tests.otel_sdk import in_memory_metrics, in_memory_spans
 
 
 @pytest.fixture
@@ -222,6 +222,38 @@ def test_outgoing_webhooks_and_emails_carry_traceparent(spans: InMemorySpanExpor
     trace_id = f"{span.get_span_context().trace_id:032x}"
     assert headers["traceparent"].split("-")[1] == trace_id
     assert mail["traceparent"].split("-")[1] == trace_id
+
+
+def test_finished_attempts_are_counted_as_opentelemetry_metrics() -> None:
+    with in_memory_metrics() as reader:
+        record = outcome_recorder()
+        assert record is not None
+        record([("crm.sync", "succeeded", 0.2), ("crm.sync", "failed", 0.5)])
+        record([("crm.sync", "succeeded", 0.1), ("mail", "succeeded", -1.0)])
+        record([])
+        data = reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    counted = {
+        tuple(sorted(point.attributes.items())): point.value
+        for point in found["jobdesk.worker.jobs"].data.data_points
+    }
+    assert counted == {
+        (("jobdesk.job_type", "crm.sync"), ("jobdesk.outcome", "succeeded")): 2,
+        (("jobdesk.job_type", "crm.sync"), ("jobdesk.outcome", "failed")): 1,
+        (("jobdesk.job_type", "mail"), ("jobdesk.outcome", "succeeded")): 1,
+    }
+    durations = {
+        dict(point.attributes)["jobdesk.job_type"]: (point.count, round(point.sum, 6))
+        for point in found["jobdesk.worker.job.duration"].data.data_points
+    }
+    assert durations == {"crm.sync": (3, 0.8), "mail": (1, 0.0)}
+    assert found["jobdesk.worker.job.duration"].unit == "s"
 
 
 def test_without_opentelemetry_nothing_of_it_is_imported(tmp_path: Any) -> None:
