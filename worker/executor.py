@@ -42,7 +42,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -218,7 +218,7 @@ def _consuming(
         Attempted(job.id, job.job_type, job.queue, job.attempt),
         kept,
         now=clock,
-        link_after=timedelta(seconds=ctx.settings.trace_link_after_seconds),
+        link_after_seconds=ctx.settings.trace_link_after_seconds,
         tracer=tracer,
     )
 

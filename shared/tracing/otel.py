@@ -212,7 +212,7 @@ def consuming(
     kept: tuple[str, str | None, datetime] | None,
     *,
     now: Callable[[], datetime],
-    link_after: timedelta,
+    link_after_seconds: float,
     tracer: Any = None,
 ) -> Consuming:
     """A CONSUMER span `process <job_type>` for one attempt (see the module); `now` is
@@ -227,7 +227,7 @@ def consuming(
             {"tracestate": kept[1]} if kept[1] else {}
         )
         extracted = found.propagate.extract(carrier)
-        if now() - kept[2] <= link_after:
+        if now() - kept[2] <= timedelta(seconds=link_after_seconds):
             parent = extracted
         else:
             linked = trace.get_current_span(extracted).get_span_context()
