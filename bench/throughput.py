@@ -408,8 +408,10 @@ ASYNC_KINDS = {
 }
 
 
-def async_handlers(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
-    url = fresh_postgres(server)
+def async_handlers(
+    server: str, n: int, count: int, worker_args: Sequence[str], database: str = PG_DATABASE
+) -> None:
+    url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
 
     def drain_of(job_type: str) -> Drain:
@@ -447,9 +449,11 @@ TRACED_ENV = {
 }
 
 
-def traced(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
+def traced(
+    server: str, n: int, count: int, worker_args: Sequence[str], database: str = PG_DATABASE
+) -> None:
     """The default worker with and without an OpenTelemetry SDK (every attempt a span)."""
-    url = fresh_postgres(server)
+    url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
     instrument = [str(JOBDESK.with_name("opentelemetry-instrument"))]
 
@@ -484,10 +488,12 @@ KEYED_KINDS = {
 }
 
 
-def keyed(server: str, n: int, count: int, worker_args: Sequence[str]) -> None:
+def keyed(
+    server: str, n: int, count: int, worker_args: Sequence[str], database: str = PG_DATABASE
+) -> None:
     """The default worker on jobs without a key, and with a concurrency key on every job
     (1,000 keys: a fair place in line only, or a limit of 100 that is never reached)."""
-    url = fresh_postgres(server)
+    url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
 
     def drain_of(job_type: str, keys: int) -> Drain:
@@ -562,13 +568,13 @@ def main() -> None:
     if args.ci_guard:
         sys.exit(ci_guard(server, worker_args, args.database))
     if args.async_handlers:
-        async_handlers(server, args.jobs[0], args.rounds, worker_args)
+        async_handlers(server, args.jobs[0], args.rounds, worker_args, args.database)
         return
     if args.otel:
-        traced(server, args.jobs[0], args.rounds, worker_args)
+        traced(server, args.jobs[0], args.rounds, worker_args, args.database)
         return
     if args.keyed:
-        keyed(server, args.jobs[0], args.rounds, worker_args)
+        keyed(server, args.jobs[0], args.rounds, worker_args, args.database)
         return
     backends = [args.only] if args.only else ["postgresql", "sqlite"]
     if "postgresql" in backends:

@@ -57,8 +57,10 @@ class Applied(NamedTuple):
         return kind.value
 
 
-#: `record(job_type, outcome_label, seconds)` — e.g. `jobdesk.worker.metrics.record_outcome`.
-RecordOutcome = Callable[[str, str, float], None]
+#: `record(finished)`: `(job_type, outcome_label, seconds)` of each attempt whose outcome
+#: one batch wrote — e.g. `jobdesk.worker.metrics.record_outcomes`. Per batch, so that a
+#: hook can count a batch's attempts at once.
+RecordOutcomes = Callable[[Sequence[tuple[str, str, float]]], None]
 
 
 def apply_outcomes(
@@ -172,10 +174,10 @@ class Completer(threading.Thread):
         policy_for: PolicyFor,
         worker_id: str,
         on_written: Callable[[list[Attempt]], None],
-        record_outcome: RecordOutcome | None = None,
+        record_outcomes: RecordOutcomes | None = None,
     ) -> None:
         super().__init__(name="jobdesk-completer", daemon=True)
-        self._record_outcome = record_outcome
+        self._record_outcomes = record_outcomes
         self._engine = engine
         self._clock = clock
         self._policy_for = policy_for
@@ -248,10 +250,10 @@ class Completer(threading.Thread):
                 except Exception as exc:
                     applied.extend(self._write_unstorable(attempt, exc))
         log_applied(applied, self._worker_id)
-        if self._record_outcome is not None:
-            record = self._record_outcome
-            for item in applied:
-                record(item.outcome.job.job_type, item.label, item.outcome.duration)
+        if self._record_outcomes is not None and applied:
+            self._record_outcomes(
+                [(item.outcome.job.job_type, item.label, item.outcome.duration) for item in applied]
+            )
         self._on_written(batch)
         with self._idle:
             self._pending -= len(batch)

@@ -40,9 +40,9 @@ import math
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -55,8 +55,8 @@ from jobdesk.shared.core.retry import RetryPolicy
 from jobdesk.shared.core.validation import serialize_document
 from jobdesk.shared.limits.allowance import acquire
 from jobdesk.shared.settings import Settings
-from jobdesk.shared.tracing.otel import Attempted, conclude, consuming, tracing_configured
-from jobdesk.shared.tracing.store import trace_of, traces_of
+from jobdesk.shared.tracing.otel import Attempted, Consuming, conclude, consumer_tracer, consuming
+from jobdesk.shared.tracing.store import StoredTrace, trace_of
 from jobdesk.worker import failpoints
 from jobdesk.worker.context import UNREAD, JobContext, OutcomeWrite
 from jobdesk.worker.registry import JobType
@@ -159,11 +159,12 @@ def execute(
 ) -> Outcome:
     """Run the handler in this thread and classify how it ended (never raises)."""
     ctx.collect_outcome_writes()
-    if not tracing_configured():
+    tracer = consumer_tracer()
+    if tracer is None:
         outcome = _run(job, job_type, ctx, clock)
     else:
         kept = _kept_trace(ctx, job.id) if ctx.kept_trace is UNREAD else ctx.kept_trace
-        with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
+        with _consuming(job, kept, ctx, clock, tracer) as span:
             outcome = _run(job, job_type, ctx, clock)
             _conclude(span, outcome)
     return _with_writes(outcome, ctx)
@@ -179,13 +180,14 @@ async def execute_async(
     """`execute` for an `async def` handler, awaited on the worker's event loop (never
     raises; a cancellation of its task — the timeout's hard stop — is an outcome too)."""
     ctx.collect_outcome_writes()
-    if not tracing_configured():
+    tracer = consumer_tracer()
+    if tracer is None:
         outcome = await _run_async(job, job_type, ctx, clock)
     else:
         kept = ctx.kept_trace
         if kept is UNREAD:
             kept = await asyncio.to_thread(_kept_trace, ctx, job.id)
-        with consuming(_attempted(job), kept, now=clock(), link_after=_link_after(ctx)) as span:
+        with _consuming(job, kept, ctx, clock, tracer) as span:
             outcome = await _run_async(job, job_type, ctx, clock)
             _conclude(span, outcome)
     return _with_writes(outcome, ctx)
@@ -194,22 +196,31 @@ async def execute_async(
 # --- OpenTelemetry (only when a tracer provider is configured) ---------------------------
 
 
-def attach_traces(conn: sa.Connection, attempts: list[Attempt]) -> None:
-    """Give each attempt the trace context kept at its enqueue: one query for the batch."""
-    found = traces_of(conn, [attempt.job.id for attempt in attempts])
+def attach_traces(attempts: list[Attempt], found: Mapping[int, StoredTrace]) -> None:
+    """Give each attempt the trace context kept at its enqueue (`found`: read for the
+    whole claimed batch at once, `traces_of`); an attempt missing from it has none. Kept
+    on the attempt, not its context: the slot thread builds that (see `Attempt`)."""
     for attempt in attempts:
         kept = found.get(attempt.job.id)
-        attempt.ctx.kept_trace = (
+        attempt.kept_trace = (
             None if kept is None else (kept.traceparent, kept.tracestate, kept.created_at)
         )
 
 
-def _attempted(job: ClaimedJob) -> Attempted:
-    return Attempted(job.id, job.job_type, job.queue, job.attempt)
-
-
-def _link_after(ctx: JobContext) -> timedelta:
-    return timedelta(seconds=ctx.settings.trace_link_after_seconds)
+def _consuming(
+    job: ClaimedJob,
+    kept: tuple[str, str | None, datetime] | None,
+    ctx: JobContext,
+    clock: Callable[[], datetime],
+    tracer: Any,
+) -> Consuming:
+    return consuming(
+        Attempted(job.id, job.job_type, job.queue, job.attempt),
+        kept,
+        now=clock,
+        link_after_seconds=ctx.settings.trace_link_after_seconds,
+        tracer=tracer,
+    )
 
 
 def _kept_trace(ctx: JobContext, job_id: int) -> tuple[str, str | None, datetime] | None:
@@ -372,6 +383,7 @@ class Attempt:
         "deadline",
         "job",
         "job_type",
+        "kept_trace",
         "outcome",
         "started",
         "stop_by",
@@ -400,6 +412,9 @@ class Attempt:
         self._settings = settings
         self._ctx: JobContext | None = None
         self._lock = threading.Lock()
+        #: With tracing on: the trace context kept at enqueue, read with the claim
+        #: (`attach_traces`), handed to the context when it is built.
+        self.kept_trace: Any = UNREAD
 
     @property
     def ctx(self) -> JobContext:
@@ -421,6 +436,7 @@ class Attempt:
                         deadline=None if self.started == 0.0 else self.deadline,
                         cancelled=CancelEvent(),
                     )
+                    self._ctx.kept_trace = self.kept_trace
                 ctx = self._ctx
         return ctx
 

@@ -5,7 +5,8 @@ database via the dashboard's `/metrics`; these counters are per process and only
 visible on the optional metrics port (`--metrics-port` / `JOBDESK_WORKER_METRICS_PORT`,
 bound to `JOBDESK_WORKER_METRICS_HOST`, default 127.0.0.1 — not exposed by accident).
 
-The runner calls `record_outcome(job_type, outcome, seconds)` once per finished attempt
+The runner calls `record_outcomes(finished)` with each written batch of finished attempts
+(`record_outcome(job_type, outcome, seconds)` for each)
 and `start_metrics_server(port, host)` at start-up when a port is configured.
 
 - `jobdesk_worker_jobs_total{job_type, outcome}` — attempts finished (outcome:
@@ -16,6 +17,7 @@ and `start_metrics_server(port, host)` at start-up when a port is configured.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -68,6 +70,13 @@ def worker_metrics() -> WorkerMetrics:
 def record_outcome(job_type: str, outcome: str, seconds: float) -> None:
     """Count one finished attempt of `job_type` that ended in `outcome` after `seconds`."""
     worker_metrics().record_outcome(job_type, outcome, seconds)
+
+
+def record_outcomes(finished: Sequence[tuple[str, str, float]]) -> None:
+    """`record_outcome` for each (job_type, outcome, seconds) of a written batch."""
+    metrics = worker_metrics()
+    for job_type, outcome, seconds in finished:
+        metrics.record_outcome(job_type, outcome, seconds)
 
 
 @dataclass

@@ -63,9 +63,10 @@ from jobdesk.shared.core.worker_registry import (
 )
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.tracing.otel import tracing_configured
+from jobdesk.shared.tracing.store import StoredTrace, traces_of
 from jobdesk.worker import failpoints
 from jobdesk.worker.async_pool import AsyncPool
-from jobdesk.worker.completer import Completer, RecordOutcome
+from jobdesk.worker.completer import Completer, RecordOutcomes
 from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.executor import (
     Attempt,
@@ -141,7 +142,7 @@ class Runner:
         handler_engine: sa.Engine | None = None,
         worker_id: str | None = None,
         install_signals: bool = True,
-        record_outcome: RecordOutcome | None = None,
+        record_outcomes: RecordOutcomes | None = None,
         tune_gc: bool = False,
         watchdog: FreezeWatchdog | None = None,
     ) -> None:
@@ -186,7 +187,7 @@ class Runner:
             policy_for=registry.policy_for,
             worker_id=self.worker_id,
             on_written=self._on_written,
-            record_outcome=record_outcome,
+            record_outcomes=record_outcomes,
         )
         self.heartbeat = Heartbeat(
             engine,
@@ -458,19 +459,25 @@ class Runner:
                 again = min(again, CLAIM_COOLDOWN_SECONDS - since)
                 continue
             limit = min(free, self.config.claim_batch)
-            claimed = self._claim(lane, limit)
+            got = self._claim(lane, limit)
             self._last_claim[lane.key] = time.monotonic()
-            if claimed is None:
+            if got is None:
                 return float("inf")
+            claimed, kept = got
             full = len(claimed) == limit
             self._more[lane.key] = full
             if claimed:
-                self._hand_over(pool, claimed)
+                self._hand_over(pool, claimed, kept)
             if full and pool.free() > 0:
                 again = 0.0
         return again
 
-    def _claim(self, lane: Lane, limit: int) -> list[Any] | None:
+    def _claim(
+        self, lane: Lane, limit: int
+    ) -> tuple[list[Any], dict[int, StoredTrace] | None] | None:
+        """The claimed jobs and, when attempts are traced, the trace contexts kept for
+        them (None: not traced); None when the claim failed."""
+        kept: dict[int, StoredTrace] | None = None
         try:
             with self._claim_conn.begin() as conn:
                 jobs = claim(
@@ -484,6 +491,11 @@ class Runner:
                     # the same statement), exact where an estimate could make a job
                     # enqueued a moment ago look not yet due.
                 )
+                if jobs and tracing_configured():
+                    # In the claim's transaction: a transaction of its own cost two more
+                    # round trips per claimed batch on the dispatcher's path. A failure
+                    # here fails the claim like any other (nothing is taken; retried).
+                    kept = traces_of(conn, [job.id for job in jobs])
         except DB_ERRORS as exc:
             delay = self._claim_backoff.next()
             self._claim_outage.failed(exc, delay)
@@ -501,9 +513,14 @@ class Runner:
         if self._claim_backoff.failures:
             self._claim_backoff.reset()
             self._claim_outage.recovered()
-        return jobs
+        return jobs, kept
 
-    def _hand_over(self, pool: SlotPool | AsyncPool, claimed: list[Any]) -> None:
+    def _hand_over(
+        self,
+        pool: SlotPool | AsyncPool,
+        claimed: list[Any],
+        kept: dict[int, StoredTrace] | None = None,
+    ) -> None:
         get_type = self.registry.get
         engine = self.handler_engine
         attempts = []
@@ -511,12 +528,8 @@ class Runner:
             job_type = get_type(job.job_type)
             assert job_type is not None  # claim only takes registered types
             attempts.append(make_attempt(job, job_type, engine, self.settings))
-        if tracing_configured():
-            try:
-                with self._claim_conn.begin() as conn:
-                    attach_traces(conn, attempts)
-            except DB_ERRORS:
-                pass  # each attempt looks for its own context instead (or runs without)
+        if kept is not None:
+            attach_traces(attempts, kept)
         with self._held_lock:
             for attempt in attempts:
                 self._held[attempt.job.id] = attempt

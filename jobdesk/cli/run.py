@@ -8,7 +8,7 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from jobdesk.shared.settings import Settings
-    from jobdesk.worker.completer import RecordOutcome
+    from jobdesk.worker.completer import RecordOutcomes
     from jobdesk.worker.watchdog import FreezeWatchdog
 
 
@@ -188,7 +188,7 @@ def worker(
     # Its witness is forked: before any thread starts (the metrics server has one).
     watchdog.prepare()
     try:
-        with _metrics(settings) as record_outcome:
+        with _metrics(settings) as record_outcomes:
             runner = Runner(
                 engine,
                 registry=registry,
@@ -196,7 +196,7 @@ def worker(
                 settings=settings,
                 handler_engine=handler_engine,
                 tune_gc=True,
-                record_outcome=record_outcome,
+                record_outcomes=record_outcomes,
                 watchdog=watchdog,
             )
             code = runner.run()
@@ -260,24 +260,24 @@ def _check_connection_budget(engine: sa.Engine, total_slots: int, settings: Sett
 
 
 @contextlib.contextmanager
-def _metrics(settings: Settings) -> Iterator[RecordOutcome | None]:
+def _metrics(settings: Settings) -> Iterator[RecordOutcomes | None]:
     """Serve metrics while the worker runs, when a port is configured, and count them as
     OpenTelemetry metrics too when a meter provider is; yields the completer's hook
     (None: metrics off, nothing is recorded)."""
     from jobdesk.shared.tracing.otel import outcome_recorder
-    from jobdesk.worker.metrics import metrics_address, record_outcome, start_metrics_server
+    from jobdesk.worker.metrics import metrics_address, record_outcomes, start_metrics_server
 
     otel = outcome_recorder()
     address = metrics_address(settings)
     if address is None:
         yield otel
         return
-    hook: RecordOutcome = record_outcome
+    hook: RecordOutcomes = record_outcomes
     if otel is not None:
 
-        def hook(job_type: str, outcome: str, seconds: float) -> None:
-            record_outcome(job_type, outcome, seconds)
-            otel(job_type, outcome, seconds)
+        def hook(finished: Sequence[tuple[str, str, float]]) -> None:
+            record_outcomes(finished)
+            otel(finished)
 
     host, port = address
     try:

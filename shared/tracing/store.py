@@ -42,15 +42,27 @@ def trace_of(conn: sa.Connection, job_id: int) -> StoredTrace | None:
     return None if row is None else StoredTrace(row.traceparent, row.tracestate, row.created_at)
 
 
+#: The kept contexts of a list of jobs, PostgreSQL: one statement whatever the number of
+#: jobs (`= ANY` of one array parameter), compiled once and prepared by the driver. An
+#: `IN` list is a new statement for every batch size, and building its text cost more
+#: than the rest of the read (measured: a claimed batch of 10 jobs, 19 µs a job).
+_BY_IDS_ARRAY = sa.select(_t.job_id, _t.traceparent, _t.tracestate, _t.created_at).where(
+    _t.job_id == sa.any_(sa.bindparam("ids", type_=sa.ARRAY(sa.BigInteger)))
+)
+
+
 def traces_of(conn: sa.Connection, job_ids: Sequence[int]) -> dict[int, StoredTrace]:
     """The kept contexts of many jobs in one query (a worker's claimed batch)."""
     if not job_ids:
         return {}
-    rows = conn.execute(
-        sa.select(_t.job_id, _t.traceparent, _t.tracestate, _t.created_at).where(
-            _t.job_id.in_(list(job_ids))
+    if conn.dialect.name == "postgresql":
+        rows = conn.execute(_BY_IDS_ARRAY, {"ids": list(job_ids)})
+    else:
+        rows = conn.execute(
+            sa.select(_t.job_id, _t.traceparent, _t.tracestate, _t.created_at).where(
+                _t.job_id.in_(list(job_ids))
+            )
         )
-    )
     return {
         row.job_id: StoredTrace(row.traceparent, row.tracestate, row.created_at) for row in rows
     }

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -21,12 +23,15 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.tracing.models import job_traces
-from jobdesk.shared.tracing.otel import inject_headers
+from jobdesk.shared.tracing.otel import inject_headers, outcome_recorder
+from jobdesk.shared.tracing.store import trace_of, traces_of
+from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.context import JobContext
 from jobdesk.worker.registry import Registry
 from jobdesk.worker.registry import job as job_decorator
+from jobdesk.worker.runner import Runner
 from jobdesk.worker.testing import drain
-from tests.otel_sdk import in_memory_spans
+from tests.otel_sdk import in_memory_metrics, in_memory_spans
 
 
 @pytest.fixture
@@ -134,6 +139,76 @@ def test_a_job_that_waited_too_long_links_to_its_trace_instead(
         assert link.context.span_id == batch.context.span_id
 
 
+def test_kept_contexts_are_read_for_a_whole_batch_at_once(
+    engine: sa.Engine, spans: InMemorySpanExporter
+) -> None:
+    with trace.get_tracer("app").start_as_current_span("import"), engine.begin() as conn:
+        traced = enqueue_many(conn, [NewJob("crm.sync", {"n": n}, queue="crm") for n in range(3)])
+    with engine.begin() as conn:
+        plain = enqueue_many(conn, [NewJob("crm.sync", {"n": n}, queue="crm") for n in range(2)])
+    with engine.connect() as conn:
+        assert traces_of(conn, []) == {}
+        for ids in (traced + plain, plain, traced[:1] + plain, [*traced, *plain, 10**12]):
+            found = traces_of(conn, ids)
+            assert sorted(found) == sorted(set(ids) & set(traced))
+            assert all(found[i] == trace_of(conn, i) for i in found)
+
+
+def test_a_worker_runs_each_claimed_job_in_its_kept_trace(
+    engine: sa.Engine, db_url: str, spans: InMemorySpanExporter
+) -> None:
+    """The worker reads the kept contexts with its claim; the span is current in the
+    handler (what its webhooks carry)."""
+    seen: dict[int, dict[str, str]] = {}
+    reg = Registry()
+
+    @job_decorator("crm.sync", target=reg, queue="crm", max_attempts=1)
+    def sync(payload: dict[str, Any], ctx: JobContext) -> None:
+        headers: dict[str, str] = {}
+        inject_headers(headers)
+        seen[ctx.job_id] = headers
+
+    with trace.get_tracer("app").start_as_current_span("import"), engine.begin() as conn:
+        traced = enqueue_many(conn, [NewJob("crm.sync", {"n": n}, queue="crm") for n in range(3)])
+    with engine.begin() as conn:
+        plain = enqueue_many(conn, [NewJob("crm.sync", {"n": n}, queue="crm") for n in range(2)])
+    settings = replace(Settings.from_env(), database_url=db_url, poll_interval_seconds=0.05)
+    runner = Runner(
+        engine,
+        registry=reg,
+        config=WorkerConfig.build(settings, concurrency=5),
+        settings=settings,
+        install_signals=False,
+    )
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(seen) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        runner.request_stop()
+        thread.join(20)
+    batch = by_name(spans)["send crm.sync (3 jobs)"]
+    processes = {
+        int(s.attributes["messaging.message.id"]): s
+        for s in spans.get_finished_spans()
+        if s.name == "process crm.sync"
+    }
+    assert sorted(processes) == sorted(traced + plain)
+    for job_id, process in processes.items():
+        assert process.kind is SpanKind.CONSUMER
+        assert process.attributes["jobdesk.outcome"] == "succeeded"
+        if job_id in traced:
+            assert process.parent.span_id == batch.context.span_id
+            assert process.context.trace_id == batch.context.trace_id
+        else:
+            assert process.parent is None
+        trace_id = f"{process.context.trace_id:032x}"
+        span_id = f"{process.context.span_id:016x}"
+        assert seen[job_id]["traceparent"].split("-")[1:3] == [trace_id, span_id]
+
+
 def test_outgoing_webhooks_and_emails_carry_traceparent(spans: InMemorySpanExporter) -> None:
     from jobdesk.worker.jobs.email import RenderedEmail, build_message
 
@@ -147,6 +222,38 @@ def test_outgoing_webhooks_and_emails_carry_traceparent(spans: InMemorySpanExpor
     trace_id = f"{span.get_span_context().trace_id:032x}"
     assert headers["traceparent"].split("-")[1] == trace_id
     assert mail["traceparent"].split("-")[1] == trace_id
+
+
+def test_finished_attempts_are_counted_as_opentelemetry_metrics() -> None:
+    with in_memory_metrics() as reader:
+        record = outcome_recorder()
+        assert record is not None
+        record([("crm.sync", "succeeded", 0.2), ("crm.sync", "failed", 0.5)])
+        record([("crm.sync", "succeeded", 0.1), ("mail", "succeeded", -1.0)])
+        record([])
+        data = reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    counted = {
+        tuple(sorted(point.attributes.items())): point.value
+        for point in found["jobdesk.worker.jobs"].data.data_points
+    }
+    assert counted == {
+        (("jobdesk.job_type", "crm.sync"), ("jobdesk.outcome", "succeeded")): 2,
+        (("jobdesk.job_type", "crm.sync"), ("jobdesk.outcome", "failed")): 1,
+        (("jobdesk.job_type", "mail"), ("jobdesk.outcome", "succeeded")): 1,
+    }
+    durations = {
+        dict(point.attributes)["jobdesk.job_type"]: (point.count, round(point.sum, 6))
+        for point in found["jobdesk.worker.job.duration"].data.data_points
+    }
+    assert durations == {"crm.sync": (3, 0.8), "mail": (1, 0.0)}
+    assert found["jobdesk.worker.job.duration"].unit == "s"
 
 
 def test_without_opentelemetry_nothing_of_it_is_imported(tmp_path: Any) -> None:
