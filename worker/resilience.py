@@ -141,8 +141,13 @@ class HeldConnection:
     the next `begin()` opens a fresh one.
     """
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(
+        self, engine: sa.Engine, before_return: Callable[[sa.Connection], None] | None = None
+    ) -> None:
+        """`before_return(conn)`: undo what this connection's work set on its session,
+        before it goes back to the pool (the claim connection's settings)."""
         self._engine = engine
+        self._before_return = before_return
         self._conn: sa.Connection | None = None
 
     @contextlib.contextmanager
@@ -162,6 +167,12 @@ class HeldConnection:
         if conn is None:
             return
         with contextlib.suppress(Exception):
+            if self._before_return is not None and not invalidate:
+                try:
+                    with conn.begin():
+                        self._before_return(conn)
+                except Exception:
+                    invalidate = True  # a session whose settings stay must not be reused
             if invalidate:
                 conn.invalidate()
             conn.close()

@@ -175,7 +175,9 @@ class Runner:
         # and commits in one round trip instead of three (BEGIN, claim, COMMIT) — except
         # behind PgBouncer, where only a transaction carries its deadline.
         # SQLite keeps its `BEGIN IMMEDIATE` transaction (the claim reads the clock first).
-        self._claim_conn = HeldConnection(one_statement(engine))
+        self._claim_conn = HeldConnection(
+            one_statement(engine), before_return=driver(engine).end_claim_session
+        )
         self.claimed_total = 0
         self.outcomes: Counter[str] = Counter()
         self.pools: dict[str, SlotPool | AsyncPool] = {
@@ -492,10 +494,7 @@ class Runner:
                     # enqueued a moment ago look not yet due.
                 )
                 if jobs and tracing_configured():
-                    # In the claim's transaction: a transaction of its own cost two more
-                    # round trips per claimed batch on the dispatcher's path. A failure
-                    # here fails the claim like any other (nothing is taken; retried).
-                    kept = traces_of(conn, [job.id for job in jobs])
+                    kept = self._kept_traces(conn, jobs)
         except DB_ERRORS as exc:
             delay = self._claim_backoff.next()
             self._claim_outage.failed(exc, delay)
@@ -514,6 +513,20 @@ class Runner:
             self._claim_backoff.reset()
             self._claim_outage.recovered()
         return jobs, kept
+
+    def _kept_traces(self, conn: sa.Connection, jobs: list[Any]) -> dict[int, StoredTrace] | None:
+        """The trace contexts kept for a claimed batch, read on the claim's connection (a
+        transaction of its own would cost two more round trips per claim). In autocommit
+        the claim is committed already: a failure here must not lose the batch, whose
+        attempts then look their contexts up one by one (None). In a transaction (behind
+        PgBouncer) it fails the claim like any other: nothing was taken."""
+        ids = [job.id for job in jobs]
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            return traces_of(conn, ids)
+        try:
+            return traces_of(conn, ids)
+        except DB_ERRORS:
+            return None
 
     def _hand_over(
         self,

@@ -570,6 +570,15 @@ class Driver(ABC):
         """One-statement work may run in autocommit and keep its deadline."""
         return False
 
+    def equals_any(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """`column` equal to one of the list bound as `name`: an expanding `IN` here (a
+        statement per list length)."""
+        return column.in_(sa.bindparam(name, expanding=True))
+
+    def end_claim_session(self, conn: sa.Connection) -> None:
+        """Undo what claims set on `conn`'s session, before it goes back to the pool."""
+        return
+
     def bound_transaction(self, conn: sa.Connection, seconds: float) -> None:
         """Bound the current transaction's idle time and lock waits to `seconds`, where
         the database can (nothing on SQLite: one writer at a time, its busy timeout

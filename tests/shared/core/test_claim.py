@@ -328,3 +328,30 @@ def test_a_burst_after_the_statistics_were_taken_is_claimed_in_index_order(
             conn, worker_id="w", limit=10, queues=queues, job_types=["webhook.deliver"]
         )
     assert [job.payload["data"]["i"] for job in claimed] == list(range(10))
+
+
+@pytest.mark.postgresql_only
+def test_the_workers_claim_connection_claims_with_sorts_off_in_autocommit(
+    engine: sa.Engine,
+) -> None:
+    # A claim in autocommit has no transaction for a local setting to last in: the
+    # worker's claim connection turns sorts off for its session while it claims from
+    # every queue, on for a list of queues, and back on before it returns to the pool.
+    from jobdesk.shared.core.db import one_statement
+    from jobdesk.shared.core.driver import driver
+    from jobdesk.worker.resilience import HeldConnection
+
+    held = HeldConnection(one_statement(engine), before_return=driver(engine).end_claim_session)
+    seen = []
+    for queues in (None, None, ["webhooks"], None):
+        with held.begin() as conn:
+            claim(conn, worker_id="w", limit=1, queues=queues)
+            seen.append(conn.execute(sa.text("SHOW enable_sort")).scalar())
+    assert seen == ["off", "off", "on", "off"]
+    with held.begin() as conn:
+        session = conn.connection.dbapi_connection
+    held.close()
+    assert session is not None
+    with session.cursor() as cursor:
+        cursor.execute("SHOW enable_sort")
+        assert cursor.fetchone() == ("on",)
