@@ -46,7 +46,10 @@ def test_a_batch_survives_a_killed_worker(engine: sa.Engine, procs: Workers) -> 
     with engine.begin() as conn:
         batch = enqueue_batch(
             conn,
-            [NewJob("t.batch_child", {"n": n}) for n in range(CHILDREN)],
+            # 0.2 s children: the second worker starts about a second after the first,
+            # and with 50 ms ones a loaded machine saw the last children finish before
+            # the doomed worker was found holding one.
+            [NewJob("t.batch_child", {"n": n, "sleep": 0.2}) for n in range(CHILDREN)],
             on_success=NewJob("t.batch_callback", {"kind": "success"}),
             on_finish=NewJob("t.batch_callback", {"kind": "finish"}),
             name="killed worker",
