@@ -194,6 +194,8 @@ class JobFilters:
     held: str | None = None
     #: Jobs quarantine hold #N holds now (`jobdesk_holds`, `operator.holds.quarantined_by`).
     held_by: int | None = None
+    #: The new jobs redrive #N requeued so far (`jobdesk_redrive_items.new_job_id`).
+    redrive: int | None = None
     #: Payload terms (`payload=user_id=42 endpoint=crm`, see `operator.payload_search`).
     payload: tuple[Term, ...] = ()
     sort: str = DEFAULT_SORT
@@ -257,6 +259,7 @@ class JobFilters:
             endpoint=_name(args, "webhook"),
             held=_choice(args, "held", HOLD_FILTERS),
             held_by=parse_positive_int("held_by", _single(args, "held_by")),
+            redrive=parse_positive_int("redrive", _single(args, "redrive")),
             payload=payload,
             sort=_choice(args, "sort", SORTS) or DEFAULT_SORT,
             page_size=page_size,

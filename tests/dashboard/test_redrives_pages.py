@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.audit import audit_log
 from jobdesk.shared.core.masking import fingerprint
 from jobdesk.shared.core.models import job_attempts, jobs
-from jobdesk.shared.redrives.models import redrives
+from jobdesk.shared.redrives.models import redrive_items, redrives
 from jobdesk.shared.redrives.stepper import redrive_step
 from tests.dashboard.conftest import NOW, Browser, dead_job
 
@@ -239,3 +239,36 @@ def test_the_list_pages_by_id_and_says_when_there_is_none(
     assert "No older redrive." in text_of(operator.get("/redrives?before=1"))
     nav = operator.get("/").get_data(as_text=True)
     assert 'href="/redrives">Redrives</a>' in nav
+
+
+def test_the_jobs_list_shows_exactly_the_new_jobs_of_one_redrive(
+    operator: Browser, engine: sa.Engine
+) -> None:
+    dead_group(engine, 3)
+    other_error = "SMTPServerDisconnected: Connection unexpectedly closed"
+    with engine.begin() as conn:
+        for _ in range(2):
+            dead_job(conn, job_type="email.send", queue="email", last_error=other_error)
+    assert start(operator, rate="120").status_code == 303  # redrive #1: the webhooks
+    assert start(operator, fingerprint=fingerprint(other_error)).status_code == 303  # #2
+    for redrive_id in (1, 2):
+        with engine.connect() as conn:
+            due = conn.execute(sa.select(redrives.c.next_at).where(redrives.c.id == redrive_id))
+        step(engine, redrive_id, (due.scalar_one() - NOW).total_seconds())
+    with engine.connect() as conn:
+        items = redrive_items.c
+        requeued = conn.execute(
+            sa.select(items.redrive_id, items.new_job_id).where(items.new_job_id.is_not(None))
+        ).all()
+    of_first = {job for redrive_id, job in requeued if redrive_id == 1}
+    assert of_first
+    assert len(requeued) > len(of_first)  # the other redrive's are there too
+    page = operator.get("/redrives/1").get_data(as_text=True)
+    assert f'<a href="/jobs?redrive=1">{len(of_first)} requeued</a>' in page
+    listed = operator.get("/jobs?redrive=1")
+    assert listed.status_code == 200
+    assert "Showing the new jobs redrive #1 requeued so far." in words(listed)
+    shown = {int(n) for n in re.findall(r'href="/jobs/(\d+)"', listed.get_data(as_text=True))}
+    assert shown == of_first
+    assert 'name="redrive" value="1"' in listed.get_data(as_text=True)
+    assert operator.get("/jobs?redrive=0").status_code == 400

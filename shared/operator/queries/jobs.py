@@ -34,6 +34,7 @@ from jobdesk.shared.operator.queries.holds import endpoint_name, held_condition,
 from jobdesk.shared.operator.queries.payload_search import payload_matches
 from jobdesk.shared.operator.queries.payload_summary import payload_summary
 from jobdesk.shared.operator.queries.visible_text import searchable_error_sql
+from jobdesk.shared.redrives.models import redrive_items
 from jobdesk.shared.reports.models import report_runs
 from jobdesk.shared.retention.pruning import tombstone
 from jobdesk.shared.webhooks.endpoints import WEBHOOK_JOB_TYPE
@@ -152,8 +153,19 @@ def filter_conditions(
         conditions.append(held_condition(conn, filters.held, now=now))
     if filters.held_by is not None:
         conditions.append(quarantined_by(filters.held_by))
+    if filters.redrive is not None:
+        conditions.append(jobs.c.id.in_(jobs_requeued_by(filters.redrive)))
     conditions.extend(payload_matches(conn, term) for term in filters.payload)
     return conditions
+
+
+def jobs_requeued_by(redrive_id: int) -> sa.Select[tuple[int | None]]:
+    """The new jobs redrive `redrive_id` has requeued so far (its items are keyed by the
+    redrive: a range of the primary key, at most 100,000 rows)."""
+    items = redrive_items.c
+    return sa.select(items.new_job_id).where(
+        items.redrive_id == redrive_id, items.new_job_id.is_not(None)
+    )
 
 
 def jobs_made_by_action(audit_id: int) -> sa.Select[tuple[int | None]]:
