@@ -46,7 +46,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import claim
 from jobdesk.shared.core.clock import DatabaseClock
-from jobdesk.shared.core.db import one_statement
+from jobdesk.shared.core.db import autocommits, one_statement
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.job_types import TypeDefaults
 from jobdesk.shared.core.notifications import listen_url
@@ -521,7 +521,7 @@ class Runner:
         attempts then look their contexts up one by one (None). In a transaction (behind
         PgBouncer) it fails the claim like any other: nothing was taken."""
         ids = [job.id for job in jobs]
-        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        if not autocommits(conn):
             return traces_of(conn, ids)
         try:
             return traces_of(conn, ids)

@@ -44,6 +44,8 @@ from sqlalchemy.engine import Engine, make_url
 
 from jobdesk.shared.settings import Settings, SettingsError
 
+#: The isolation level of a connection whose statements commit one by one.
+AUTOCOMMIT = "AUTOCOMMIT"
 BindT = TypeVar("BindT", sa.Connection, Engine)
 
 
@@ -129,6 +131,12 @@ def bound_transaction(conn: sa.Connection, seconds: float) -> None:
     driver(conn).bound_transaction(conn, seconds)
 
 
+def autocommits(conn: sa.Connection) -> bool:
+    """Each statement on `conn` commits on its own (a `one_statement` connection): there
+    is no transaction for a local setting to last in, nor one a failure would undo."""
+    return bool(conn.get_execution_options().get("isolation_level") == AUTOCOMMIT)
+
+
 def one_statement(bind: BindT) -> BindT:
     """`bind` for work that is one statement at a time on PostgreSQL: autocommit (the
     statement runs and commits in one round trip, no BEGIN or COMMIT) on a direct
@@ -137,5 +145,5 @@ def one_statement(bind: BindT) -> BindT:
     from jobdesk.shared.core.driver import driver
 
     if driver(bind).autocommits_single_statements(bind):
-        return bind.execution_options(isolation_level="AUTOCOMMIT")
+        return bind.execution_options(isolation_level=AUTOCOMMIT)
     return bind

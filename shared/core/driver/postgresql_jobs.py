@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobdesk.shared.core.db import dump_json
+from jobdesk.shared.core.db import autocommits, dump_json
 from jobdesk.shared.core.driver.base import (
     PLAIN,
     AttemptRef,
@@ -333,7 +333,7 @@ class PostgreSQLJobs(Driver):
         is claimable, which makes sorting the candidates look free: measured at a 20,000
         backlog of webhook jobs, 7-11 ms per claim sorting all of them against 0.3-0.5 ms
         walking the index. See `SORTS_OFF` for a claim in autocommit."""
-        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        if not autocommits(conn):
             if sorts_off:
                 conn.execute(NO_SORT)
             return
