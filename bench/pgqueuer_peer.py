@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psycopg
 import sqlalchemy as sa
+from quiet_db import autovacuum_off
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv-pgqueuer"
@@ -80,6 +81,7 @@ def fresh_database(server_url: str) -> str:
     subprocess.run(
         [_bin("pgq"), "--pg-dsn", dsn, "install"], check=True, cwd=HERE, capture_output=True
     )
+    autovacuum_off(dsn)
     return dsn
 
 

@@ -61,6 +61,7 @@ from typing import NamedTuple
 import pgqueuer_peer
 import psycopg
 import sqlalchemy as sa
+from quiet_db import autovacuum_off
 
 from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.db import make_engine
@@ -99,6 +100,7 @@ def fresh_postgres(server: str | None = None, database: str = PG_DATABASE) -> st
     admin.dispose()
     url = base.set(database=database).render_as_string(hide_password=False)
     upgrade(make_engine(url, settings=Settings()))
+    autovacuum_off(base.set(drivername="postgresql", database=database).render_as_string(False))
     return url
 
 
