@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.models import jobs
+from tests import zygote
 
 JOBDESK = str(Path(sys.executable).parent / "jobdesk")
 
@@ -24,9 +25,7 @@ def run(cwd: Path, *args: str, url: str | None = None) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     if url:
         env["JOBDESK_DATABASE_URL"] = url
-    return subprocess.run(
-        [JOBDESK, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return zygote.run([JOBDESK, *args], cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.audit import audit_log
+from tests import zygote
 from tests.factories import job_row, make_job
 
 JOBDESK = str(Path(sys.executable).parent / "jobdesk")
@@ -20,9 +21,7 @@ JOBDESK = str(Path(sys.executable).parent / "jobdesk")
 def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     env["JOBDESK_DATABASE_URL"] = url
-    return subprocess.run(
-        [JOBDESK, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return zygote.run([JOBDESK, *args], env=env)
 
 
 @pytest.mark.slow

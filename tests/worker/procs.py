@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from jobdesk.shared.core.models import effects, job_attempts, jobs
+from tests.zygote import ForkedProcess, Zygote, usable
 
 REPO = Path(__file__).resolve().parents[2]
 JOBDESK = Path(sys.executable).with_name("jobdesk")
@@ -35,7 +36,9 @@ FAST_ENV = {
 class Worker:
     """One `jobdesk worker` process with its stderr captured to a file."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, prefix: list[str]) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes] | ForkedProcess, log_path: Path, prefix: list[str]
+    ) -> None:
         self.proc = proc
         self.log_path = log_path
         self.prefix = prefix
@@ -87,10 +90,14 @@ class Workers:
         )
         log_path = self.tmp_path / f"worker-{len(self.started)}.log"
         command = [*(prefix or []), str(JOBDESK), "worker", "--jobs", JOB_MODULE, *args]
+        proc: subprocess.Popen[bytes] | ForkedProcess
         with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                command, cwd=REPO, env=full_env, stdout=log_file, stderr=subprocess.STDOUT
-            )
+            if usable(prefix):
+                proc = Zygote.get().spawn(command, env=full_env, cwd=REPO, stdout=log_file.fileno())
+            else:
+                proc = subprocess.Popen(
+                    command, cwd=REPO, env=full_env, stdout=log_file, stderr=subprocess.STDOUT
+                )
         worker = Worker(proc, log_path, prefix or [])
         self.started.append(worker)
         if wait_ready:

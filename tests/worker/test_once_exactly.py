@@ -1,6 +1,6 @@
 """Done-when of the effects promise: 1,000 jobs applying an effect in the same database
 through `ctx.once(key, fn(conn))`, three real `jobdesk worker` processes, one SIGKILLed
-every 1.5 s and restarted — every key applied exactly once, every job succeeded."""
+every second and restarted — every key applied exactly once, every job succeeded."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.worker.procs import Worker, Workers, all_done, statuses
 pytestmark = pytest.mark.slow
 
 JOBS = 1000
-KILL_EVERY = 1.5
+KILL_EVERY = 1.0
 MODULE = "tests.worker.jobmods.same_db"
 
 

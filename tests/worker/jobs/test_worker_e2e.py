@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from jobdesk.shared.core.clock import db_now
 from jobdesk.shared.core.models import jobs
 from jobdesk.shared.reports.models import report_runs
+from tests import zygote
 from tests.worker.jobs.receiver import Receiver
 from tests.worker.jobs.smtp_server import SmtpSink
 
@@ -29,9 +30,7 @@ JOBDESK = str(Path(sys.executable).parent / "jobdesk")
 
 def cli(db_url: str, *args: str) -> str:
     env = {**os.environ, "JOBDESK_DATABASE_URL": db_url}
-    done = subprocess.run(
-        [JOBDESK, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    done = zygote.run([JOBDESK, *args], env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
