@@ -22,10 +22,15 @@ def _env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")} | extra
 
 
-def _forked(argv: list[str], tmp_path: Path, **env: str) -> tuple[zygote.ForkedProcess, Path]:
+def _forked(
+    argv: list[str], tmp_path: Path, *, cwd: Path | None = None, **env: str
+) -> tuple[zygote.ForkedProcess, Path]:
+    """`argv` forked in `cwd` (default `tmp_path`), its output in `tmp_path/out.log`."""
     log = tmp_path / "out.log"
     with log.open("wb") as out:
-        proc = zygote.Zygote.get().spawn(argv, env=_env(**env), cwd=tmp_path, stdout=out.fileno())
+        proc = zygote.Zygote.get().spawn(
+            argv, env=_env(**env), cwd=cwd or tmp_path, stdout=out.fileno()
+        )
     return proc, log
 
 
@@ -58,7 +63,8 @@ def test_a_forked_worker_reads_its_failpoints_and_dies_by_their_signal(tmp_path:
     # Read at import time in a started process; the zygote imported the worker without it.
     proc, log = _forked(
         [JOBDESK, "worker", "--jobs", "tests.worker.jobmods.basic"],
-        REPO,
+        tmp_path,
+        cwd=REPO,
         JOBDESK_DATABASE_URL=env["JOBDESK_DATABASE_URL"],
         JOBDESK_TEST_FAILPOINTS="after_claim:#1",
     )
@@ -73,7 +79,8 @@ def test_a_forked_process_can_be_waited_for_with_a_timeout(tmp_path: Path) -> No
     assert zygote.run([JOBDESK, "migrate"], env=env).returncode == 0
     proc, log = _forked(
         [JOBDESK, "worker", "--jobs", "tests.worker.jobmods.basic"],
-        REPO,
+        tmp_path,
+        cwd=REPO,
         JOBDESK_DATABASE_URL=env["JOBDESK_DATABASE_URL"],
     )
     wait_for(lambda: "worker_started" in log.read_text() or proc.poll() is not None, 30)
