@@ -32,43 +32,61 @@ from jobdesk import _layout
 
 _layout.install()  # a checkout: the root folders are jobdesk.shared, .worker, .dashboard
 
-from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many  # noqa: E402
-from jobdesk.shared.core.errors import (  # noqa: E402
-    DatabaseUnavailable,
-    PermanentError,
-    RetryAfter,
-    SchemaMissingError,
-    Snooze,
-    ValidationError,
-)
-from jobdesk.shared.core.results import JobResult, job_result, wait  # noqa: E402
-from jobdesk.shared.workflows.batches import Batch, enqueue_batch  # noqa: E402
-
 if TYPE_CHECKING:
+    from jobdesk.shared.core.enqueue import NewJob, enqueue, enqueue_many
     from jobdesk.shared.core.enqueue_async import enqueue_async, enqueue_many_async
+    from jobdesk.shared.core.errors import (
+        DatabaseUnavailable,
+        PermanentError,
+        RetryAfter,
+        SchemaMissingError,
+        Snooze,
+        ValidationError,
+    )
+    from jobdesk.shared.core.results import JobResult, job_result, wait
     from jobdesk.shared.core.results_async import wait_async
+    from jobdesk.shared.workflows.batches import Batch, enqueue_batch
     from jobdesk.worker.registry import RateLimit, job, schedule
 
-# The job authors' API comes from the worker package, loaded on first use: a web process
-# that only enqueues (or serves the dashboard) never imports the worker runtime.
-_WORKER_API = {"RateLimit", "job", "schedule"}
-# The asyncio API loads SQLAlchemy's asyncio extension: only for apps that use it.
-_ASYNC_API = {
-    "enqueue_async": "enqueue_async",
-    "enqueue_many_async": "enqueue_async",
-    "wait_async": "results_async",
+# Every name is loaded on first use, from the module that owns it: `import jobdesk` (and
+# so every `jobdesk.…` import, the `jobdesk` command's included) costs nothing until the
+# app enqueues; a web process that only enqueues never imports the worker runtime, and
+# the asyncio API (SQLAlchemy's asyncio extension) loads only for apps that use it.
+_OWNERS = {
+    "NewJob": "jobdesk.shared.core.enqueue",
+    "enqueue": "jobdesk.shared.core.enqueue",
+    "enqueue_many": "jobdesk.shared.core.enqueue",
+    "enqueue_async": "jobdesk.shared.core.enqueue_async",
+    "enqueue_many_async": "jobdesk.shared.core.enqueue_async",
+    "DatabaseUnavailable": "jobdesk.shared.core.errors",
+    "PermanentError": "jobdesk.shared.core.errors",
+    "RetryAfter": "jobdesk.shared.core.errors",
+    "SchemaMissingError": "jobdesk.shared.core.errors",
+    "Snooze": "jobdesk.shared.core.errors",
+    "ValidationError": "jobdesk.shared.core.errors",
+    "JobResult": "jobdesk.shared.core.results",
+    "job_result": "jobdesk.shared.core.results",
+    "wait": "jobdesk.shared.core.results",
+    "wait_async": "jobdesk.shared.core.results_async",
+    "Batch": "jobdesk.shared.workflows.batches",
+    "enqueue_batch": "jobdesk.shared.workflows.batches",
+    "RateLimit": "jobdesk.worker.registry",
+    "job": "jobdesk.worker.registry",
+    "schedule": "jobdesk.worker.registry",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _WORKER_API:
-        from jobdesk.worker import registry
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module 'jobdesk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(owner), name)
+    globals()[name] = value  # looked up once
+    return value
 
-        return getattr(registry, name)
-    if name in _ASYNC_API:
-        module = importlib.import_module(f"jobdesk.shared.core.{_ASYNC_API[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'jobdesk' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OWNERS))
 
 
 __all__ = [
