@@ -14,6 +14,9 @@ import pytest
 from tests import zygote
 from tests.worker.procs import wait_for
 
+# They fork `jobdesk` processes: with the tests that start worker processes.
+pytestmark = pytest.mark.slow
+
 JOBDESK = str(Path(sys.executable).with_name("jobdesk"))
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,7 +57,6 @@ def test_a_forked_command_sees_its_own_environment(tmp_path: Path) -> None:
     assert not (tmp_path / "jobdesk.db").exists()
 
 
-@pytest.mark.slow
 def test_a_forked_worker_reads_its_failpoints_and_dies_by_their_signal(tmp_path: Path) -> None:
     env = _env(JOBDESK_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.db'}")
     assert zygote.run([JOBDESK, "migrate"], env=env).returncode == 0
@@ -73,7 +75,6 @@ def test_a_forked_worker_reads_its_failpoints_and_dies_by_their_signal(tmp_path:
     proc.kill()  # reaped: a no-op, never a signal to whatever took the pid since
 
 
-@pytest.mark.slow
 def test_a_forked_process_can_be_waited_for_with_a_timeout(tmp_path: Path) -> None:
     env = _env(JOBDESK_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.db'}")
     assert zygote.run([JOBDESK, "migrate"], env=env).returncode == 0
