@@ -14,7 +14,9 @@ would — failed with backoff or dead, the attempt recorded `lost` — with an e
 the watchdog and, for an attempt past its timeout, how long past it the interpreter was
 held; through its own short database connection, while the frozen process is still
 there. The writes are the reaper's compare-and-set on each lease token, so a job that
-finished meanwhile is left alone.
+finished meanwhile is left alone. When that write fails — the frozen process may hold
+what it needs: a row lock of a heartbeat frozen inside its transaction, or SQLite's
+write lock — the witness tries once more right after the worker has exited.
 
 Should the worker come back to life within those seconds (a freeze that ended just
 then), it finds the witness's mark on the pipe and ends itself as the watchdog would
@@ -139,7 +141,7 @@ class Witness:
         )
         return True
 
-    def _record(self, plan: dict[str, Any]) -> int:
+    def _record(self, plan: dict[str, Any]) -> int | None:
         return record(plan, self.database_url, self.settings, self.policy_for)
 
     def tell(self, act_at: float, worker_id: str, attempts: list[RunningAttempt]) -> None:
@@ -197,7 +199,7 @@ def _reap(pid: int, timeout: float = 1.0) -> None:
 # --- the witness process ---------------------------------------------------------------
 
 
-def _serve(tell_fd: int, mark_fd: int, record: Callable[[dict[str, Any]], int]) -> int:
+def _serve(tell_fd: int, mark_fd: int, record: Callable[[dict[str, Any]], int | None]) -> int:
     """The witness's life: wait for word from the worker; when the watchdog's moment
     passes without any, record the running attempts' ends; exit when the pipe closes."""
     gc.freeze()  # collections must not walk (and so copy) every page shared with the worker
@@ -209,28 +211,36 @@ def _serve(tell_fd: int, mark_fd: int, record: Callable[[dict[str, Any]], int]) 
     return watch(tell_fd, mark_fd, record)
 
 
-def watch(tell_fd: int, mark_fd: int, record: Callable[[dict[str, Any]], int]) -> int:
+def watch(tell_fd: int, mark_fd: int, record: Callable[[dict[str, Any]], int | None]) -> int:
     """Read the worker's word from `tell_fd`; when the last word's moment passes, call
-    `record` with it and write `ACTED` to `mark_fd`. Returns 0 when `tell_fd` closes."""
+    `record` with it and write `ACTED` to `mark_fd`. Returns 0 when `tell_fd` closes.
+
+    A record that could not be written (`record` returned None) is tried once more when
+    the worker has exited: the frozen process may hold what the record needs (a row lock
+    of its heartbeat's open transaction, SQLite's write lock), released with its end."""
     pending = b""
     plan: dict[str, Any] | None = None
+    unwritten: dict[str, Any] | None = None
     act_at = float("inf")
     while True:
         timeout = None if act_at == float("inf") else max(0.0, act_at - time.monotonic())
         readable, _, _ = select.select([tell_fd], [], [], timeout)
         if readable:
             chunk = os.read(tell_fd, 65536)
-            if not chunk:
-                return 0  # the worker exited
+            if not chunk:  # the worker exited
+                if unwritten is not None:
+                    record(unwritten)
+                return 0
             pending += chunk
             *lines, pending = pending.split(b"\n")
             if lines:
                 plan = json.loads(lines[-1])
                 act_at = float(plan["at"])
+                unwritten = None  # the worker spoke again: it is alive after all
             continue
         act_at = float("inf")
-        if plan is not None:
-            record(plan)
+        if plan is not None and record(plan) is None:
+            unwritten = plan
         with contextlib.suppress(OSError):
             os.write(mark_fd, ACTED)
 
@@ -290,9 +300,10 @@ def record(
     database_url: str,
     settings: Settings,
     policy_for: Callable[[str], RetryPolicy],
-) -> int:
+) -> int | None:
     """Rescue every job the worker of `plan` holds, naming the watchdog; returns how
-    many (the others finished or were rescued meanwhile)."""
+    many (the others finished or were rescued meanwhile), None when nothing could be
+    written."""
     from jobdesk.shared.core.clock import db_now
     from jobdesk.shared.core.db import make_engine
     from jobdesk.shared.core.transitions import rescue_held
@@ -328,12 +339,12 @@ def record(
             )
     except Exception:
         log.exception(
-            "the watchdog's witness could not record the jobs of worker %s; the reaper will "
-            "when their leases run out",
+            "the watchdog's witness could not record the jobs of worker %s (once more when "
+            "the worker has exited; else the reaper will when their leases run out)",
             worker_id,
             extra={"action": "witness_write_failed", "worker_id": worker_id},
         )
-        return 0
+        return None
     finally:
         engine.dispose()
     for job_id, status in rescued:

@@ -32,9 +32,10 @@ from tests.worker.procs import attempts_of, job, wait_for
 
 
 class Watching:
-    """`watch` on a thread, fed through a real pipe."""
+    """`watch` on a thread, fed through a real pipe; its record fails `failures` times."""
 
-    def __init__(self) -> None:
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
         self.tell_read, self.tell_write = os.pipe()
         self.mark_read, self.mark_write = os.pipe()
         os.set_blocking(self.mark_read, False)
@@ -46,8 +47,11 @@ class Watching:
         )
         self.thread.start()
 
-    def _record(self, plan: dict[str, Any]) -> int:
+    def _record(self, plan: dict[str, Any]) -> int | None:
         self.recorded.append(plan)
+        if self.failures:
+            self.failures -= 1
+            return None
         return 1
 
     def tell(self, in_seconds: float, jobs: list[RunningAttempt] | None = None) -> None:
@@ -88,6 +92,26 @@ def test_the_witness_stays_quiet_while_the_worker_keeps_talking_and_when_it_exit
     assert not watching.marked()
     assert watching.close() == 0  # the pipe closed first: the worker ended some other way
     assert watching.recorded == []
+
+
+def test_a_record_that_failed_is_tried_once_more_when_the_worker_has_exited() -> None:
+    # The frozen worker held what the record needed (a row lock, SQLite's write lock).
+    watching = Watching(failures=1)
+    watching.tell(0.1, [RunningAttempt(7, 1234, 1.0, time.monotonic())])
+    wait_for(watching.marked, 5, interval=0.01)
+    assert len(watching.recorded) == 1
+    assert watching.close() == 0  # the worker exited: the second try
+    assert [p["worker"] for p in watching.recorded] == ["w-1", "w-1"]
+
+
+def test_a_failed_record_is_not_retried_for_a_worker_that_spoke_again() -> None:
+    watching = Watching(failures=1)
+    watching.tell(0.1)
+    wait_for(watching.marked, 5, interval=0.01)
+    watching.tell(30)  # it came back to life and re-armed
+    time.sleep(0.1)
+    assert watching.close() == 0
+    assert len(watching.recorded) == 1
 
 
 def test_a_message_is_cut_to_what_the_pipe_takes_whole_keeping_the_attempts_due_first() -> None:
