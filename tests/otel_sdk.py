@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -17,18 +19,27 @@ from opentelemetry.util._once import Once
 
 
 @contextmanager
+def _installed(api: ModuleType, name: str, provider: Any) -> Iterator[None]:
+    """`provider` as the API module's global `_{name}` (`TRACER_PROVIDER`,
+    `METER_PROVIDER`) for the block, its set-once guard reset; both restored after."""
+    saved = getattr(api, f"_{name}"), getattr(api, f"_{name}_SET_ONCE")
+    setattr(api, f"_{name}_SET_ONCE", Once())
+    getattr(api, f"set_{name.lower()}")(provider)
+    try:
+        yield
+    finally:
+        provider.shutdown()
+        setattr(api, f"_{name}", saved[0])
+        setattr(api, f"_{name}_SET_ONCE", saved[1])
+
+
+@contextmanager
 def in_memory_spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace.set_tracer_provider(provider)
-    try:
+    with _installed(trace, "TRACER_PROVIDER", provider):
         yield exporter
-    finally:
-        provider.shutdown()
-        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
 
 
 @contextmanager
@@ -37,12 +48,5 @@ def in_memory_metrics() -> Iterator[InMemoryMetricReader]:
     from opentelemetry.metrics import _internal as metrics_api
 
     reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    saved = metrics_api._METER_PROVIDER, metrics_api._METER_PROVIDER_SET_ONCE
-    metrics_api._METER_PROVIDER_SET_ONCE = Once()
-    metrics_api.set_meter_provider(provider)
-    try:
+    with _installed(metrics_api, "METER_PROVIDER", MeterProvider(metric_readers=[reader])):
         yield reader
-    finally:
-        provider.shutdown()
-        metrics_api._METER_PROVIDER, metrics_api._METER_PROVIDER_SET_ONCE = saved
