@@ -12,6 +12,7 @@ from jobdesk.dashboard import routing, templating
 from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
+from jobdesk.dashboard.url_rules import LazyBuilderRule
 from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.driver import driver
 from jobdesk.shared.core.job_types import JobModuleError, load_modules
@@ -174,6 +175,7 @@ def create_app(
     """The standalone dashboard (`gunicorn 'dashboard:create_app()'`)."""
     settings = settings or Settings.from_env()
     app = Flask("dashboard", static_folder=None)
+    app.url_rule_class = LazyBuilderRule
     app.config["SESSION_COOKIE_NAME"] = "jobdesk_session"
     # Set, not setdefault: Flask already fills it with 31 days. The server checks the
     # lifetime itself on every request (auth._session_identity), mounted or not.

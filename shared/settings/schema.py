@@ -98,9 +98,21 @@ class Entry:
         return _parse(self, raw)
 
 
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """The resolved annotations of a settings class, once per class: resolving them
+    evaluates every annotation string, the bulk of reading the settings."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
 def entries(cls: type[Any], prefix: str = "", path: tuple[str, ...] = ()) -> Iterator[Entry]:
     """Every variable of `cls`, sections included, in declaration order."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for item in fields(cls):
         if _SECTION in item.metadata:
             sub_prefix, _group = item.metadata[_SECTION]
@@ -121,7 +133,7 @@ def entries(cls: type[Any], prefix: str = "", path: tuple[str, ...] = ()) -> Ite
 def groups(cls: type[Any]) -> dict[str, str]:
     """Section path → its group title (for sections whose fields carry no group)."""
     out: dict[str, str] = {}
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for item in fields(cls):
         if _SECTION in item.metadata:
             out[item.name] = item.metadata[_SECTION][1]
@@ -168,7 +180,7 @@ def unknown_name_message(key: str, known: list[str]) -> str:
 
 def _build(cls: type[T], values: Mapping[tuple[str, ...], Any], path: tuple[str, ...]) -> T:
     assert dataclasses.is_dataclass(cls)
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for item in fields(cls):
         here = (*path, item.name)
