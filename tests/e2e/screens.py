@@ -61,12 +61,19 @@ def log_in(page: Any, base: str, username: str) -> None:
 #: reads `prefers-color-scheme` (no script or template does), so a page's markup and
 #: layout are the same in light and dark at one width: every other rule gives the same
 #: answer in both, and the dark screens run these alone (axe is 60 % of a tour's time).
+#: Only violations are asked for and sent back (`resultTypes`): axe then stops collecting
+#: every passing and inapplicable element, which took more than half of each run
+#: (a laptop tour's axe time 11.4 s → 4.7 s); what a violation reports is unchanged.
 COLOUR_RULES = ("color-contrast", "link-in-text-block")
 _EVERY_RULE = (
-    "{runOnly: {type: 'tag', values: "
+    "{resultTypes: ['violations'], runOnly: {type: 'tag', values: "
     "['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice']}}"
 )
-_COLOUR_ONLY = "{runOnly: {type: 'rule', values: " + json.dumps(COLOUR_RULES) + "}}"
+_COLOUR_ONLY = (
+    "{resultTypes: ['violations'], runOnly: {type: 'rule', values: "
+    + json.dumps(COLOUR_RULES)
+    + "}}"
+)
 
 
 def is_dark(page: Any) -> bool:
@@ -78,9 +85,9 @@ def serious_violations(page: Any, *, colours_only: bool = False) -> list[str]:
     or with `colours_only` just `COLOUR_RULES`)."""
     page.evaluate(AXE)
     options = _COLOUR_ONLY if colours_only else _EVERY_RULE
-    result = page.evaluate(f"() => axe.run(document, {options})")
+    violations = page.evaluate(f"() => axe.run(document, {options}).then((r) => r.violations)")
     found = []
-    for violation in result["violations"]:
+    for violation in violations:
         targets = [" ".join(node["target"]) for node in violation["nodes"]][:5]
         line = f"{violation['impact']}: {violation['id']} — {violation['help']} at {targets}"
         if violation["impact"] in BLOCKING:

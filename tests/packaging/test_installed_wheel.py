@@ -11,6 +11,7 @@ history are untouched. This is the installation a user gets, not the checkout.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ import time
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,26 +49,51 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 180
     return done.stdout
 
 
-@pytest.fixture(scope="module")
+@contextmanager
+def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path | None]:
+    """A directory every test process of the run shares, made by whichever comes first.
+
+    Yields the directory to fill (None when an earlier process already made it); the
+    other processes wait on its lock meanwhile. Under pytest-xdist each process has its
+    own base temporary directory inside the run's one; building the sdist, the wheel and
+    a virtualenv per artifact once per run instead of once per process saves minutes."""
+    target = _shared_dir(tmp_path_factory, name)
+    with target.with_name(f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            yield None
+            return
+        shutil.rmtree(target, ignore_errors=True)  # a half-made one from a failed build
+        target.mkdir()
+        yield target
+        (target / ".complete").touch()
+
+
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """`name` in the run's temporary directory (the one above each xdist process's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
+@pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """`python -m build`: the sdist, then the wheel built from that sdist."""
-    out = tmp_path_factory.mktemp("dist")
-    run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
+    """`python -m build`: the sdist, then the wheel built from that sdist (once a run)."""
+    with _built_once(tmp_path_factory, "dist") as out:
+        if out is not None:
+            run(
+                [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+                cwd=ROOT,
+                env=dict(os.environ),
+            )
+    out = _shared_dir(tmp_path_factory, "dist")
     [sdist] = out.glob("jobdesk-*.tar.gz")
     [wheel] = out.glob("jobdesk-*.whl")
     return {"sdist": sdist, "wheel": wheel}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(dist: dict[str, Path]) -> Path:
     return dist["wheel"]
-
-
-_VENVS: dict[str, Path] = {}
 
 
 @pytest.fixture
@@ -74,15 +101,16 @@ def venv(
     request: pytest.FixtureRequest, dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """A fresh virtualenv with nothing but the artifact and its dependencies (one per
-    artifact for the module; `pip install jobdesk-X.tar.gz` builds the wheel itself)."""
+    artifact for the run; `pip install jobdesk-X.tar.gz` builds the wheel itself)."""
     kind: str = request.param
-    if kind not in _VENVS:
-        path = tmp_path_factory.mktemp(f"venv-{kind}") / "env"
-        run([sys.executable, "-m", "venv", str(path)], cwd=ROOT, env=dict(os.environ))
-        pip = [str(path / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
-        run([*pip, str(dist[kind])], cwd=ROOT, env=dict(os.environ), timeout=600)
-        _VENVS[kind] = path
-    return _VENVS[kind]
+    name = f"venv-{kind}"
+    with _built_once(tmp_path_factory, name) as made:
+        if made is not None:
+            path = made / "env"
+            run([sys.executable, "-m", "venv", str(path)], cwd=ROOT, env=dict(os.environ))
+            pip = [str(path / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+            run([*pip, str(dist[kind])], cwd=ROOT, env=dict(os.environ), timeout=600)
+    return _shared_dir(tmp_path_factory, name) / "env"
 
 
 def test_the_wheels_only_top_level_package_is_jobdesk(wheel: Path) -> None:
