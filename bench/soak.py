@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import bench_jobs  # noqa: F401  (enqueue takes the bench types' declared defaults)
 import sqlalchemy as sa
 
 from jobdesk import NewJob, enqueue_many

@@ -58,6 +58,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+# Registers the bench types here too: enqueue then takes their declared queue, attempts,
+# timeout and concurrency limit, as an app that imports its job module does (a fresh
+# bench database has no published types, and `--keyed` jobs would carry no limit).
+import bench_jobs  # noqa: F401
 import pgqueuer_peer
 import psycopg
 import sqlalchemy as sa
