@@ -6,6 +6,7 @@ it is imported."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jobdesk import NewJob, enqueue, enqueue_many
 from jobdesk.shared.settings import Settings
 from jobdesk.shared.tracing.models import job_traces
-from jobdesk.shared.tracing.otel import inject_headers, outcome_recorder
+from jobdesk.shared.tracing.otel import consumer_tracer, inject_headers, outcome_recorder
 from jobdesk.shared.tracing.store import trace_of, traces_of
 from jobdesk.worker.config import WorkerConfig
 from jobdesk.worker.context import JobContext
@@ -281,3 +282,23 @@ print("ok")
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_attempts_see_the_provider_set_now_and_none_without_one() -> None:
+    assert consumer_tracer() is None  # the API installed, no provider set: no spans
+    with in_memory_spans():
+        assert consumer_tracer() is not None
+    assert consumer_tracer() is None
+
+
+def test_a_provider_named_in_the_environment_is_loaded_through_the_api() -> None:
+    script = (
+        "from jobdesk.shared.tracing.otel import consumer_tracer\n"
+        "print(type(consumer_tracer()).__module__)\n"
+    )
+    env = {**os.environ, "OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        check=False, env=env,
+    )  # fmt: skip
+    assert done.stdout.strip() == "opentelemetry.sdk.trace", done.stderr
