@@ -57,12 +57,7 @@ PREFETCH_MAX = 1000
 #: Weight of each finished attempt in the moving average of durations.
 DURATION_WEIGHT = 0.2
 #: Jobs waiting while every slot is busy and none started for this long are handed back.
-#: Ten prefetch windows: a process whose interpreter is saturated (quick handlers under
-#: an OpenTelemetry SDK, a loaded host) can leave every slot thread without the GIL for
-#: 100 ms while nothing is slow; at twice the window that was taken for a stall, and up
-#: to 1,000 prefetched jobs went back to the queue one statement each only to be claimed
-#: again — 18 % of a traced worker's interpreter time, gone at 0.5 s.
-STALL_SECONDS = 0.5
+STALL_SECONDS = 2 * PREFETCH_WINDOW_SECONDS
 
 
 RunT = TypeVar("RunT")
