@@ -82,10 +82,31 @@ def apply_outcomes(
         )
         succeeded = JobStatus.SUCCEEDED
         applied.extend([Applied(o, succeeded if o.job.id in done else None) for o in successes])
+    for kind, how in _HANDED_BACK.items():
+        handed = [o for o in outcomes if o.kind is kind]
+        if handed:
+            # A cancel request that arrived meanwhile ends the job instead of requeueing it.
+            written = transitions.hand_back_many(
+                conn, [_handback(o, now) for o in handed], now=now, reason=how
+            )
+            applied.extend([Applied(o, written.get(o.job.id)) for o in handed])
     for outcome in outcomes:
-        if outcome.kind is not Kind.SUCCEEDED:
+        if outcome.kind not in _SET_BASED:
             applied.append(Applied(outcome, _apply_one(conn, outcome, now, policy_for)))
     return applied
+
+
+#: Hand-backs, each kind with the words its cancelled attempt is recorded with. A batch
+#: writes each kind in one statement: a busy worker hands back up to a prefetch's worth
+#: of unstarted jobs at once.
+_HANDED_BACK = {Kind.RELEASED: "released at shutdown", Kind.SNOOZED: "snoozed"}
+_SET_BASED = frozenset({Kind.SUCCEEDED, *_HANDED_BACK})
+
+
+def _handback(outcome: Outcome, now: datetime) -> transitions.HandBack:
+    return transitions.HandBack(
+        outcome.job.ref, now + timedelta(seconds=outcome.delay_seconds or 0.0)
+    )
 
 
 def _apply_one(
@@ -98,11 +119,6 @@ def _apply_one(
         error = outcome.error or "Cancelled"
         stopped = transitions.stop_cancelled(conn, job.ref, error=error, now=now)
         return JobStatus.CANCELLED if stopped else None
-    if kind in (Kind.SNOOZED, Kind.RELEASED):
-        until = now + timedelta(seconds=outcome.delay_seconds or 0.0)
-        how = "released at shutdown" if kind is Kind.RELEASED else "snoozed"
-        # A cancel request that arrived meanwhile ends the job instead of requeueing it.
-        return transitions.hand_back(conn, job.ref, until=until, now=now, reason=how)
     decision = decide(
         attempt=job.attempt,
         max_attempts=job.max_attempts,

@@ -141,6 +141,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
     "bury_undecodable": (frozenset({_R}), frozenset({_D, _C})),
     "snooze": (frozenset({_R}), frozenset({_Q, _C})),
     "hand_back": (frozenset({_R}), frozenset({_Q, _C})),
+    "hand_back_many": (frozenset({_R}), frozenset({_Q, _C})),
     "rescue_expired": (frozenset({_R}), frozenset({_F, _D, _C})),
     "rescue_held": (frozenset({_R}), frozenset({_F, _D, _C})),
     "stop_cancelled": (STOPPABLE, frozenset({_C})),

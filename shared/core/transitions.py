@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from jobdesk.shared.core.claim import JobRef
 from jobdesk.shared.core.driver import driver
-from jobdesk.shared.core.driver.base import Completion, Failure
+from jobdesk.shared.core.driver.base import Completion, Failure, HandBack
 from jobdesk.shared.core.leases import renew_leases
 from jobdesk.shared.core.masking import fingerprint, sanitize_error
 from jobdesk.shared.core.models import jobs
@@ -36,6 +36,7 @@ from jobdesk.shared.core.states import AttemptOutcome, JobStatus
 
 __all__ = [
     "Completion",
+    "HandBack",
     "bury_undecodable",
     "complete",
     "complete_many",
@@ -43,6 +44,7 @@ __all__ = [
     "fail",
     "fail_many",
     "hand_back",
+    "hand_back_many",
     "record_progress",
     "rescue_expired",
     "rescue_held",
@@ -161,15 +163,31 @@ def hand_back(
     reason: str = "handed back",
 ) -> JobStatus | None:
     """`snooze`, answering where the job went: `queued` until `until`, or — for a job with
-    a cancel request — `cancelled`, its attempt recorded with `reason` (snoozed, released
-    at shutdown). None when the lease was lost."""
-    status = driver(conn).hand_back(conn, ref, until=until, now=now)
-    if status is JobStatus.CANCELLED:
-        note = f"Cancelled: the attempt was {reason} after the cancel request"
-        driver(conn).record_attempt(
-            conn, ref, outcome=AttemptOutcome.CANCELLED.value, error=note, now=now
-        )
-    return status
+    a cancel request — `cancelled` (see `hand_back_many`). None when the lease was lost."""
+    return hand_back_many(conn, [HandBack(ref, until)], now=now, reason=reason).get(ref.id)
+
+
+def hand_back_many(
+    conn: sa.Connection,
+    handbacks: Sequence[HandBack],
+    *,
+    now: datetime,
+    reason: str = "handed back",
+) -> dict[int, JobStatus]:
+    """Hand attempts back in one statement, none counted: each job `queued` until its
+    `until`, or `cancelled` when an operator asked meanwhile — that attempt recorded with
+    `reason` (snoozed, released at shutdown). Returns the new status of each job written;
+    a lost lease is left out."""
+    if not handbacks:
+        return {}
+    written = driver(conn).hand_back_jobs(conn, handbacks, now=now)
+    for item in handbacks:
+        if written.get(item.ref.id) is JobStatus.CANCELLED:
+            note = f"Cancelled: the attempt was {reason} after the cancel request"
+            driver(conn).record_attempt(
+                conn, item.ref, outcome=AttemptOutcome.CANCELLED.value, error=note, now=now
+            )
+    return written
 
 
 def stop_cancelled(conn: sa.Connection, ref: JobRef, *, error: str, now: datetime) -> bool:

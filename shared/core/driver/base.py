@@ -21,7 +21,6 @@ from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
 from jobdesk.shared.core.db import dump_json
 from jobdesk.shared.core.driver.hold_triggers import holdable
-from jobdesk.shared.core.driver.types import UTCDateTime
 from jobdesk.shared.core.models import job_attempts, jobs
 from jobdesk.shared.core.states import CANCELLABLE, STOPPABLE, JobStatus, sql_values
 from jobdesk.shared.settings import Settings
@@ -123,6 +122,14 @@ class Failure(NamedTuple):
     fingerprint: str | None
     retry_at: datetime | None
     outcome: str
+
+
+class HandBack(NamedTuple):
+    """One attempt handed back unstarted or stopped by the worker (snoozed, released):
+    the job is due again at `until`."""
+
+    ref: AttemptRef
+    until: datetime
 
 
 class LeaseRenewal(NamedTuple):
@@ -239,28 +246,13 @@ class Driver(ABC):
         never waiting on a row another transaction holds (`busy`), and say which held
         jobs have a cancel request (`stopping`)."""
 
-    def hand_back(
-        self, conn: sa.Connection, ref: AttemptRef, *, until: datetime, now: datetime
-    ) -> JobStatus | None:
-        """Snooze / release: back to `queued` until `until` without counting the attempt,
-        or `cancelled` for a job with a cancel request. None when the lease was lost."""
-        stop = jobs.c.cancel_requested_at.is_not(None)
-        row = conn.execute(
-            sa.update(jobs)
-            .where(_is_mine(ref), jobs.c.attempts > 0)
-            .values(
-                status=sa.case((stop, JobStatus.CANCELLED.value), else_=JobStatus.QUEUED.value),
-                attempts=sa.case((stop, jobs.c.attempts), else_=jobs.c.attempts - 1),
-                next_run_at=until,
-                finished_at=sa.case(
-                    (stop, sa.literal(now, UTCDateTime())), else_=jobs.c.finished_at
-                ),
-                updated_at=now,
-                **_RELEASE_LOCK,
-            )
-            .returning(jobs.c.status)
-        ).first()
-        return None if row is None else JobStatus(row.status)
+    @abstractmethod
+    def hand_back_jobs(
+        self, conn: sa.Connection, handbacks: Sequence[HandBack], *, now: datetime
+    ) -> dict[int, JobStatus]:
+        """Snooze / release: back to `queued` until each `until` without counting the
+        attempt, or `cancelled` for a job with a cancel request. Returns the new status
+        of each job written (a lost lease is left out)."""
 
     def stop_cancelled(self, conn: sa.Connection, ref: AttemptRef, *, now: datetime) -> bool:
         """Cancel a running job its worker stopped on request (only one with a request)."""

@@ -86,3 +86,19 @@ FAILED_SET = f"""status = CASE
              OR jobdesk_jobs.attempts >= jobdesk_jobs.max_attempts THEN {{now}} END,
        last_error = f.error, error_fingerprint = f.fingerprint, updated_at = {{now}},
        locked_by = NULL, locked_at = NULL, lease_token = NULL, lease_expires_at = NULL"""
+
+#: What a hand-back writes (snoozed, released unstarted or at shutdown), from the batch
+#: row `h` (`until`): back to `queued` at `until` with the attempt not counted, or
+#: `cancelled` — attempt kept — when an operator asked meanwhile.
+HANDED_BACK_SET = f"""status = CASE
+           WHEN jobdesk_jobs.cancel_requested_at IS NOT NULL THEN '{CANCELLED}'
+           ELSE '{QUEUED}' END,
+       attempts = CASE
+           WHEN jobdesk_jobs.cancel_requested_at IS NOT NULL THEN jobdesk_jobs.attempts
+           ELSE jobdesk_jobs.attempts - 1 END,
+       next_run_at = h.until,
+       finished_at = CASE
+           WHEN jobdesk_jobs.cancel_requested_at IS NOT NULL THEN {{now}}
+           ELSE jobdesk_jobs.finished_at END,
+       updated_at = {{now}},
+       locked_by = NULL, locked_at = NULL, lease_token = NULL, lease_expires_at = NULL"""

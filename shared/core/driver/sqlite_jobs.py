@@ -26,6 +26,7 @@ from jobdesk.shared.core.driver.base import (
     Completion,
     Driver,
     Failure,
+    HandBack,
     Inserted,
     JobRow,
     LeaseRenewal,
@@ -37,6 +38,7 @@ from jobdesk.shared.core.driver.jobs_sql import (
     CLAIM_COLUMNS,
     CLAIM_SET,
     FAILED_SET,
+    HANDED_BACK_SET,
     RUNNING,
     SUCCEEDED_OUTCOME,
     SUCCEEDED_SET,
@@ -170,6 +172,20 @@ UPDATE jobdesk_jobs SET {FAILED_SET.format(now=":now")}
   FROM f
  WHERE jobdesk_jobs.id = f.id AND jobdesk_jobs.status = '{RUNNING}'
    AND jobdesk_jobs.lease_token IS f.token
+RETURNING jobdesk_jobs.id, jobdesk_jobs.status
+"""
+# --- hand back -----------------------------------------------------------------------
+
+_HAND_BACK = f"""
+WITH h(id, token, until) AS (
+    SELECT json_extract(value, '$.id'), json_extract(value, '$.token'),
+           json_extract(value, '$.until')
+      FROM json_each(:rows)
+)
+UPDATE jobdesk_jobs SET {HANDED_BACK_SET.format(now=":now")}
+  FROM h
+ WHERE jobdesk_jobs.id = h.id AND jobdesk_jobs.status = '{RUNNING}'
+   AND jobdesk_jobs.lease_token = h.token AND jobdesk_jobs.attempts > 0
 RETURNING jobdesk_jobs.id, jobdesk_jobs.status
 """
 _ATTEMPT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
@@ -333,3 +349,12 @@ class SQLiteJobs(Driver):
             statement = _cached(_attempt_inserts, len(chunk), _attempts_statement)
             conn.exec_driver_sql(statement, tuple(value for row in chunk for value in row))
         return written
+
+    def hand_back_jobs(
+        self, conn: sa.Connection, handbacks: Sequence[HandBack], *, now: datetime
+    ) -> dict[int, JobStatus]:
+        batch = [
+            {"id": h.ref.id, "token": h.ref.lease_token, "until": _time(h.until)} for h in handbacks
+        ]
+        rows = conn.exec_driver_sql(_HAND_BACK, {"rows": dump_json(batch), "now": _time(now)})
+        return {int(job_id): JobStatus(status) for job_id, status in rows}

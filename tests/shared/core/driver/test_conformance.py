@@ -18,6 +18,7 @@ from jobdesk.shared.core.driver.base import (
     Completion,
     Driver,
     Failure,
+    HandBack,
     JobRow,
 )
 from jobdesk.shared.core.models import job_attempts, jobs
@@ -160,7 +161,9 @@ def test_hand_back_returns_the_attempt_and_stop_needs_a_request(engine: sa.Engin
         d = driver(conn)
         claim(conn, d)
         until = NOW + timedelta(seconds=30)
-        assert d.hand_back(conn, Ref(back, 7), until=until, now=NOW) is JobStatus.QUEUED
+        assert d.hand_back_jobs(conn, [HandBack(Ref(back, 7), until)], now=NOW) == {
+            back: JobStatus.QUEUED
+        }
         assert not d.stop_cancelled(conn, Ref(stopped, 7), now=NOW)
         conn.execute(sa.update(jobs).where(jobs.c.id == stopped).values(cancel_requested_at=NOW))
         assert d.stop_cancelled(conn, Ref(stopped, 7), now=NOW)
@@ -168,6 +171,41 @@ def test_hand_back_returns_the_attempt_and_stop_needs_a_request(engine: sa.Engin
     with engine.connect() as conn:
         assert (job_row(conn, back).status, job_row(conn, back).attempts) == ("queued", 0)
         assert job_row(conn, stopped).status == "cancelled"
+
+
+def test_hand_back_writes_a_batch_in_one_call_each_job_its_own_time(
+    engine: sa.Engine,
+) -> None:
+    with engine.begin() as conn:
+        soon, later, asked, lost = (make_job(conn, next_run_at=NOW) for _ in range(4))
+        d = driver(conn)
+        claim(conn, d)
+        conn.execute(sa.update(jobs).where(jobs.c.id == asked).values(cancel_requested_at=NOW))
+        at = [NOW + timedelta(seconds=s) for s in (5, 60, 9)]
+        written = d.hand_back_jobs(
+            conn,
+            [
+                HandBack(Ref(soon, 7), at[0]),
+                HandBack(Ref(later, 7), at[1]),
+                HandBack(Ref(asked, 7), at[2]),
+                HandBack(Ref(lost, 8), at[2]),
+            ],
+            now=NOW,
+        )
+    assert written == {
+        soon: JobStatus.QUEUED,
+        later: JobStatus.QUEUED,
+        asked: JobStatus.CANCELLED,
+    }
+    with engine.connect() as conn:
+        for job_id, due in ((soon, at[0]), (later, at[1])):
+            job = job_row(conn, job_id)
+            assert (job.status, job.attempts, job.next_run_at) == ("queued", 0, due)
+            assert (job.lease_token, job.locked_by, job.finished_at) == (None, None, None)
+        stopped = job_row(conn, asked)
+        assert (stopped.attempts, stopped.finished_at, stopped.lease_token) == (1, NOW, None)
+        kept = job_row(conn, lost)
+        assert (kept.status, kept.attempts, kept.lease_token) == ("running", 1, 7)
 
 
 def test_operator_verbs_resolve_copy_cancel_and_prune(engine: sa.Engine) -> None:
