@@ -31,8 +31,11 @@ from tests.worker.procs import Workers, all_done, effect_rows, job, wait_for
 def test_rate_limit_is_shared_by_two_worker_processes(engine: sa.Engine, procs: Workers) -> None:
     procs.start("--concurrency", "4")
     procs.start("--concurrency", "4")
+    # Runs of 0.1 s: the two processes' 8 slots could run 80 jobs/s, four times the limit,
+    # and a process whose slots are busy prefetches only a few jobs — no-op runs let the
+    # first process to claim take the whole backlog and snooze through it alone.
     with engine.begin() as conn:
-        enqueue_many(conn, [NewJob("t.limited", {}) for _ in range(60)])
+        enqueue_many(conn, [NewJob("t.limited", {"seconds": 0.1}) for _ in range(60)])
     wait_for(lambda: all_done(engine, 60), 30, interval=0.2)
     rows = effect_rows(engine, "run:")
     assert len(rows) == 60

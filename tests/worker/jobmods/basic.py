@@ -104,6 +104,7 @@ executor.acquire = _timed_acquire
 @job("t.limited", backoff=FAST, rate_limit="20/s")
 def limited(payload: dict[str, Any], ctx: JobContext) -> None:
     asked, granted = _token_taken.between
+    time.sleep(float(payload.get("seconds", 0)))
     _mark(ctx, {"at": time.time(), "asked": asked, "granted": granted, "pid": os.getpid()})
 
 
