@@ -1,4 +1,4 @@
-"""The jobs table's core verbs on PostgreSQL: enqueue, claim, complete, fail.
+"""The jobs table's core verbs on PostgreSQL: enqueue, claim, complete, fail, hand back.
 
 Each is ONE statement per batch whatever its size, and each batch travels as one JSON
 text parameter (`jsonb_array_elements` / `jsonb_to_recordset`): one value parsed in C

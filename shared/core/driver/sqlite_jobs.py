@@ -1,4 +1,4 @@
-"""The jobs table's core verbs on SQLite: enqueue, claim, complete, fail.
+"""The jobs table's core verbs on SQLite: enqueue, claim, complete, fail, hand back.
 
 The caller's transaction began with `BEGIN IMMEDIATE` (`shared.core.db`), so each verb
 runs as the database's only writer: a claim may pick its candidates with a plain
