@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from email.message import EmailMessage
 
@@ -12,6 +13,7 @@ from jobdesk.worker.jobs.email_provider import (
     PermanentMailError,
     SmtpProvider,
     TransientMailError,
+    default_tls_context,
     parse_smtp_url,
 )
 from tests.worker.jobs.smtp_server import HangingServer, SmtpSink, free_port
@@ -107,3 +109,18 @@ def test_smtp_url_parsing() -> None:
     ):
         with pytest.raises(MailConfigError):
             parse_smtp_url(bad, timeout=10)
+
+
+def test_a_plaintext_send_builds_no_tls_context_and_providers_share_one(smtp: SmtpSink) -> None:
+    """Building a verifying context loads the whole CA bundle (~20 ms of CPU): it is made
+    once per process, and only when a message goes over TLS."""
+    default_tls_context.cache_clear()
+    _send(smtp.url)
+    assert default_tls_context.cache_info().currsize == 0
+    first = SmtpProvider(parse_smtp_url("smtp://mail.example.com:587", timeout=1))
+    second = SmtpProvider(parse_smtp_url("smtps://mail.example.com:465", timeout=1))
+    assert first._tls is second._tls is default_tls_context()
+    assert first._tls.verify_mode is ssl.CERT_REQUIRED
+    assert first._tls.check_hostname
+    own = ssl.create_default_context()
+    assert SmtpProvider(first.config, tls_context=own)._tls is own
