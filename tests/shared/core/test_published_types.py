@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk import NewJob, ValidationError, enqueue, enqueue_many
+from jobdesk.shared.core import job_types
 from jobdesk.shared.core.job_types import TypeDefaults, known_types
 from jobdesk.shared.core.models import jobs, published_job_types
 from jobdesk.shared.core.published_types import (
@@ -168,6 +169,9 @@ def test_refuse_names_the_type_and_writes_nothing(
     engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JOBDESK_UNKNOWN_TYPES", "refuse")
+    # This process may have declared it in another test (`@job(..., target=registry)`
+    # also records the type's defaults process-wide); here nobody has.
+    monkeypatch.delitem(job_types._registered, "crm.sync", raising=False)
     with pytest.raises(ValidationError) as refused:
         add(engine, "crm.sync")
     assert refused.value.field == "job_type"
