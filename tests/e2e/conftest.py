@@ -300,7 +300,8 @@ def live_server(db_url: str, engine: sa.Engine) -> Iterator[tuple[str, Seeded]]:
     app = create_app(
         replace(Settings(), database_url=db_url, secret_key=SECRET, encryption_keys=keys)
     )
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    serving = InFlight(app)
+    server = make_server("127.0.0.1", 0, serving, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -309,7 +310,40 @@ def live_server(db_url: str, engine: sa.Engine) -> Iterator[tuple[str, Seeded]]:
         server.shutdown()
         thread.join(timeout=10)
         server.server_close()
+        # A page's poll may still be running in its request thread: disposing the
+        # engine under it would strand its database connection in the old pool, to be
+        # garbage-collected open during some later test (a ResourceWarning there).
+        serving.wait_idle(timeout=10)
         app.extensions["jobdesk"].dispose()
+
+
+class InFlight:
+    """WSGI middleware counting requests being served, so teardown can wait for them."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        with self._idle:
+            self._count += 1
+        try:
+            # Read whole (the dashboard streams nothing), so the request is over here.
+            body = self._app(environ, start_response)
+            try:
+                return list(body)
+            finally:
+                if hasattr(body, "close"):
+                    body.close()
+        finally:
+            with self._idle:
+                self._count -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._count == 0, timeout=timeout)
 
 
 @pytest.fixture(scope="package")
