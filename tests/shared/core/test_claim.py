@@ -347,6 +347,8 @@ def test_the_workers_claim_connection_claims_with_sorts_off_in_autocommit(
         with held.begin() as conn:
             claim(conn, worker_id="w", limit=1, queues=queues)
             seen.append(conn.execute(sa.text("SHOW enable_sort")).scalar())
+            # No JIT either, whatever the claim's shape (see `JIT_OFF`).
+            assert conn.execute(sa.text("SHOW jit")).scalar() == "off"
     assert seen == ["off", "off", "on", "off"]
     with held.begin() as conn:
         session = conn.connection.dbapi_connection
@@ -354,4 +356,6 @@ def test_the_workers_claim_connection_claims_with_sorts_off_in_autocommit(
     assert session is not None
     with session.cursor() as cursor:
         cursor.execute("SHOW enable_sort")
+        assert cursor.fetchone() == ("on",)
+        cursor.execute("SHOW jit")
         assert cursor.fetchone() == ("on",)
