@@ -43,6 +43,7 @@ from jobdesk.shared.core.driver.jobs_sql import (
     SUCCEEDED_OUTCOME,
     SUCCEEDED_SET,
 )
+from jobdesk.shared.core.driver.postgresql_engine import is_pooled
 from jobdesk.shared.core.notifications import NOTIFY_CHANNEL
 from jobdesk.shared.core.states import JobStatus
 
@@ -193,9 +194,10 @@ SESSION_SORTS_ON = sa.text("RESET enable_sort")
 # A claim filtered by job type (a slot group of `async def` types, say) whose types have
 # nothing due walks the whole backlog of the other types; its estimate then passes
 # `jit_above_cost` and PostgreSQL compiled the statement every time: 44 ms for a claim
-# that found nothing in 3.8 ms, at a 20,000-job backlog (each poll, each wake-up). A
-# claim in a transaction (behind PgBouncer) has JIT off already (`deadlines_sql`, or the
-# role's settings).
+# that found nothing in 3.8 ms, at a 20,000-job backlog (each poll, each wake-up). Behind
+# PgBouncer a session setting would stay on a server connection other clients share:
+# there JIT is off by `deadlines_sql` in each transaction, or by the role's settings
+# (`JOBDESK_DB_TIMEOUTS_FROM_ROLE`, docs/production.md).
 JIT_OFF = "jobdesk_jit_off"
 SESSION_JIT_OFF = sa.text("SET jit = off")
 SESSION_JIT_ON = sa.text("RESET jit")
@@ -374,7 +376,7 @@ class PostgreSQLJobs(Driver):
         if info.get(SORTS_OFF, False) != sorts_off:
             conn.execute(SESSION_SORTS_OFF if sorts_off else SESSION_SORTS_ON)
             info[SORTS_OFF] = sorts_off
-        if not info.get(JIT_OFF, False):
+        if not info.get(JIT_OFF, False) and not is_pooled(conn):
             conn.execute(SESSION_JIT_OFF)
             info[JIT_OFF] = True
 
