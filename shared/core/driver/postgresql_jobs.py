@@ -195,9 +195,8 @@ SESSION_SORTS_ON = sa.text("RESET enable_sort")
 # nothing due walks the whole backlog of the other types; its estimate then passes
 # `jit_above_cost` and PostgreSQL compiled the statement every time: 44 ms for a claim
 # that found nothing in 3.8 ms, at a 20,000-job backlog (each poll, each wake-up). Behind
-# PgBouncer a session setting would stay on a server connection other clients share:
-# there JIT is off by `deadlines_sql` in each transaction, or by the role's settings
-# (`JOBDESK_DB_TIMEOUTS_FROM_ROLE`, docs/production.md).
+# PgBouncer the claim sets nothing on its session (see `_plan_claim`): there JIT is off
+# by `deadlines_sql` in each transaction, or by the role's settings.
 JIT_OFF = "jobdesk_jit_off"
 SESSION_JIT_OFF = sa.text("SET jit = off")
 SESSION_JIT_ON = sa.text("RESET jit")
@@ -372,11 +371,17 @@ class PostgreSQLJobs(Driver):
             if sorts_off:
                 conn.execute(NO_SORT)
             return
+        if is_pooled(conn):
+            # In autocommit through PgBouncer (`JOBDESK_DB_TIMEOUTS_FROM_ROLE`) a `SET`
+            # would land on whichever server connection ran it, and stay there for the
+            # clients PgBouncer hands it to next, while the claim itself may run on
+            # another: the role's settings decide (docs/production.md).
+            return
         info = conn.connection.info
         if info.get(SORTS_OFF, False) != sorts_off:
             conn.execute(SESSION_SORTS_OFF if sorts_off else SESSION_SORTS_ON)
             info[SORTS_OFF] = sorts_off
-        if not info.get(JIT_OFF, False) and not is_pooled(conn):
+        if not info.get(JIT_OFF, False):
             conn.execute(SESSION_JIT_OFF)
             info[JIT_OFF] = True
 

@@ -362,12 +362,16 @@ def test_the_workers_claim_connection_claims_with_sorts_off_in_autocommit(
 
 
 @pytest.mark.postgresql_only
-def test_behind_pgbouncer_an_autocommit_claim_leaves_jit_to_the_role(engine: sa.Engine) -> None:
+def test_behind_pgbouncer_an_autocommit_claim_leaves_the_session_to_the_role(
+    engine: sa.Engine,
+) -> None:
     # With `JOBDESK_DB_TIMEOUTS_FROM_ROLE` the claim runs in autocommit through PgBouncer,
     # where a `SET` would stay on a server connection that other clients get next.
     from jobdesk.shared.core.driver.postgresql_engine import POOLED
 
     pooled = engine.execution_options(**{POOLED: True}, isolation_level="AUTOCOMMIT")
     with pooled.connect() as conn:
-        claim(conn, worker_id="w", limit=1)
-        assert conn.execute(sa.text("SHOW jit")).scalar() == "on"
+        for queues in (None, ["webhooks"], None):
+            claim(conn, worker_id="w", limit=1, queues=queues)
+            assert conn.execute(sa.text("SHOW jit")).scalar() == "on"
+            assert conn.execute(sa.text("SHOW enable_sort")).scalar() == "on"
