@@ -39,6 +39,7 @@ from jobdesk.shared.core.driver.jobs_sql import (
     CLAIM_SET,
     FAILED_SET,
     HANDED_BACK_SET,
+    QUEUED,
     RUNNING,
     SUCCEEDED_OUTCOME,
     SUCCEEDED_SET,
@@ -274,18 +275,29 @@ SELECT id, status FROM done
 # Snoozes and releases of a batch in one statement, fenced like every worker write. A
 # busy worker hands back up to a prefetch's worth of jobs at once: one statement per job
 # was most of such a worker's time.
+# Jobs handed back due now (prefetched jobs a busy worker gives up, releases at shutdown)
+# wake the workers of their queues, as an enqueue does: they are handed back for another
+# process to start now, which would otherwise find them at its next poll (1 s by
+# default). Jobs handed back to a later time (snoozes) wake nobody.
 _HAND_BACK = sa.text(
     f"""
 WITH h AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS h(
         id bigint, token bigint, until timestamptz)
+), back AS (
+    UPDATE jobdesk_jobs SET {HANDED_BACK_SET.format(now="CAST(:now AS timestamptz)")}
+      FROM h
+     WHERE jobdesk_jobs.id = ANY(ARRAY(SELECT id FROM h)) AND jobdesk_jobs.id = h.id
+       AND jobdesk_jobs.status = '{RUNNING}' AND jobdesk_jobs.lease_token = h.token
+       AND jobdesk_jobs.attempts > 0
+    RETURNING jobdesk_jobs.id, jobdesk_jobs.status, jobdesk_jobs.queue,
+              jobdesk_jobs.next_run_at
+), wake AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', d.queue)) AS n
+      FROM (SELECT DISTINCT queue FROM back
+             WHERE status = '{QUEUED}' AND next_run_at <= CAST(:now AS timestamptz)) AS d
 )
-UPDATE jobdesk_jobs SET {HANDED_BACK_SET.format(now="CAST(:now AS timestamptz)")}
-  FROM h
- WHERE jobdesk_jobs.id = ANY(ARRAY(SELECT id FROM h)) AND jobdesk_jobs.id = h.id
-   AND jobdesk_jobs.status = '{RUNNING}' AND jobdesk_jobs.lease_token = h.token
-   AND jobdesk_jobs.attempts > 0
-RETURNING jobdesk_jobs.id, jobdesk_jobs.status
+SELECT back.id, back.status FROM back, wake
 """
 )
 

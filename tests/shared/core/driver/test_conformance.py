@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from jobdesk.shared.core.driver import driver
@@ -22,6 +23,7 @@ from jobdesk.shared.core.driver.base import (
     JobRow,
 )
 from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.core.notifications import listen_connection, wait_for_queues
 from jobdesk.shared.core.states import JobStatus
 from tests.factories import job_row, make_job
 
@@ -206,6 +208,32 @@ def test_hand_back_writes_a_batch_in_one_call_each_job_its_own_time(
         assert (stopped.attempts, stopped.finished_at, stopped.lease_token) == (1, NOW, None)
         kept = job_row(conn, lost)
         assert (kept.status, kept.attempts, kept.lease_token) == ("running", 1, 7)
+
+
+@pytest.mark.postgresql_only
+def test_a_hand_back_due_now_wakes_the_workers_of_its_queue(engine: sa.Engine) -> None:
+    """As an enqueue does: jobs a busy worker gives up are for another process to start
+    now. A job handed back to a later time wakes nobody."""
+    listener = listen_connection(engine.url)
+    try:
+        with engine.begin() as conn:
+            now_job = make_job(conn, queue="mail", next_run_at=NOW)
+            later_job = make_job(conn, queue="crm", next_run_at=NOW)
+            d = driver(conn)
+            claim(conn, d)
+            d.hand_back_jobs(
+                conn,
+                [
+                    HandBack(Ref(now_job, 7), NOW),
+                    HandBack(Ref(later_job, 7), NOW + timedelta(seconds=30)),
+                ],
+                now=NOW,
+            )
+        woken = wait_for_queues(listener, 5.0)
+        woken += wait_for_queues(listener, 0.2)
+    finally:
+        listener.close()
+    assert woken == ["mail"]
 
 
 def test_operator_verbs_resolve_copy_cancel_and_prune(engine: sa.Engine) -> None:
