@@ -467,11 +467,17 @@ class Runner:
                 return float("inf")
             claimed, kept = got
             full = len(claimed) == limit
-            self._more[lane.key] = full
+            # Only a claim that found nothing says the lane has nothing due until the
+            # next poll or notification. A short one may have stopped short of a
+            # backlog (rows another claim held were skipped, not waited for): look once
+            # more after the cooldown, which costs one empty claim when it was the end.
+            self._more[lane.key] = bool(claimed)
             if claimed:
                 self._hand_over(pool, claimed, kept)
             if full and pool.free() > 0:
                 again = 0.0
+            elif claimed:
+                again = min(again, CLAIM_COOLDOWN_SECONDS)
         return again
 
     def _claim(

@@ -98,6 +98,38 @@ def test_sigterm_finishes_short_jobs_and_releases_long_ones(
     assert statuses(engine).get("running", 0) == 0
 
 
+@pytest.mark.postgresql_only
+def test_a_claim_that_skipped_a_locked_job_looks_again_before_its_poll(
+    engine: sa.Engine, procs: Workers
+) -> None:
+    """A claim passes over queued rows another transaction holds (SKIP LOCKED) and comes
+    back short of its limit with the backlog not empty: the worker looks once more after
+    its cooldown instead of waiting for its next poll (30 s here; no enqueue notifies)."""
+    held, *free = [add(engine, "t.effect", {"key": f"k{i}"}) for i in range(3)]
+    with engine.connect() as locker:
+        locker.execute(
+            sa.text("SELECT id FROM jobdesk_jobs WHERE id = :id FOR UPDATE"), {"id": held}
+        )
+        worker = procs.start(
+            "--concurrency",
+            "4",
+            env={
+                "JOBDESK_POLL_INTERVAL_SECONDS": "30",
+                # Frozen right after its first claim (the two free jobs) committed.
+                "JOBDESK_TEST_FAILPOINTS": "after_claim:stop:#1",
+            },
+            wait_ready=False,
+        )
+        wait_for(lambda: "failpoint after_claim fired" in worker.log(), 20)
+        assert [job(engine, job_id).status for job_id in free] == ["running", "running"]
+        locker.rollback()  # the held job is free now, and nobody was told
+    resumed = time.monotonic()
+    worker.signal(signal.SIGCONT)
+    wait_for(lambda: job(engine, held).status == "succeeded", 10)
+    assert time.monotonic() - resumed < 5, worker.log()
+    wait_for(lambda: all(job(engine, job_id).status == "succeeded" for job_id in free), 10)
+
+
 def test_a_busy_worker_hands_back_prefetched_jobs_it_cannot_start(
     engine: sa.Engine, procs: Workers
 ) -> None:
