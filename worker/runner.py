@@ -474,8 +474,9 @@ class Runner:
             self._more[lane.key] = bool(claimed)
             if claimed:
                 self._hand_over(pool, claimed, kept)
-            if full and pool.free() > 0:
-                again = 0.0
+            if full:
+                if pool.free() > 0:
+                    again = 0.0
             elif claimed:
                 again = min(again, CLAIM_COOLDOWN_SECONDS)
         return again
