@@ -123,6 +123,7 @@ def test_degraded_host_still_connects(lab: NetLab, echo: int) -> None:
         lab.restore(1)
 
 
+@pytest.mark.latency
 def test_relay_adds_about_50_ms_per_round_trip_only_while_delaying(echo: int) -> None:
     relay = LatencyRelay(DB_ADDRESS, (DB_ADDRESS, echo), seed=1).start()
     try:
