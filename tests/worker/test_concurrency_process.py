@@ -19,7 +19,7 @@ from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.models import job_attempts, jobs
 from tests.shared.flow.test_concurrency import peak_running
 from tests.worker.jobmods.keyed import LIMIT
-from tests.worker.procs import Workers, statuses, wait_for
+from tests.worker.procs import Worker, Workers, statuses, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,24 @@ def running_in(engine: sa.Engine, worker_log: str) -> bool:
             )
         ).scalar_one()
     return held > 0
+
+
+def kill_while_it_holds_jobs(engine: sa.Engine, worker: Worker) -> float:
+    """SIGKILL the worker at a moment it holds running jobs; when it died. It is stopped
+    (SIGSTOP) while the database is asked, so it cannot finish them between the check and
+    the kill — on a busy machine the test process can lose its core for longer than a
+    job takes."""
+
+    def stopped_holding_jobs() -> bool:
+        worker.signal(signal.SIGSTOP)
+        if running_in(engine, worker.log()):
+            return True
+        worker.signal(signal.SIGCONT)
+        return False
+
+    wait_for(stopped_holding_jobs, 30, interval=0.01)
+    worker.signal(signal.SIGKILL)
+    return time.time()
 
 
 def peak_per_key(trace_dir: Path, killed_pid: int, killed_at: float) -> dict[str, int]:
@@ -88,9 +106,7 @@ def test_never_more_than_n_per_key_across_processes_and_a_kill(
             ],
         )
     wait_for(lambda: statuses(engine).get("succeeded", 0) >= 60, 60)
-    wait_for(lambda: running_in(engine, doomed.log()), 30, interval=0.01)
-    doomed.signal(signal.SIGKILL)
-    killed_at = time.time()
+    killed_at = kill_while_it_holds_jobs(engine, doomed)
     wait_for(lambda: statuses(engine).get("succeeded", 0) >= JOBS, 120, interval=0.2)
     procs.cleanup()
 
