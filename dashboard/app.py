@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import Flask, render_template
 
-from jobdesk.dashboard import routing, templating
+from jobdesk.dashboard import compiled_templates, routing, templating
 from jobdesk.dashboard.proxy import ForwardedFor, TrustedProxies
 from jobdesk.dashboard.security import SessionInterface, apply_headers
 from jobdesk.dashboard.state import EXTENSION_KEY, DashboardState, IdentityLoader
@@ -183,6 +183,9 @@ def create_app(
     app.session_interface = SessionInterface()
     app.secret_key = check_secret_key(settings.secret_key)
     init_dashboard(app, settings=settings, engine=engine, identity_loader=identity_loader)
+    # The environment is this app's own (a host's, when mounted, is left alone): it gets
+    # the templates other apps of this process compiled already.
+    app.jinja_env.bytecode_cache = compiled_templates.COMPILED
     app.after_request(apply_headers)
     state: DashboardState = app.extensions[EXTENSION_KEY]
     # Set, not setdefault (Flask fills it with None). Dashboard routes apply the same limit

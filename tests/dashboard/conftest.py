@@ -9,8 +9,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jinja2
-import jinja2.bccache
 import pytest
 import sqlalchemy as sa
 from flask import Flask
@@ -36,30 +34,9 @@ def settings(db_url: str) -> Settings:
     )
 
 
-class _CompiledTemplates(jinja2.BytecodeCache):
-    """Every app of the process shares its templates' compiled code: a new app per test
-    would otherwise parse and compile every template it renders again (half of a page
-    test's time). Keys carry the source's checksum, so an edited template recompiles."""
-
-    def __init__(self) -> None:
-        self.code: dict[str, bytes] = {}
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        found = self.code.get(bucket.key)
-        if found is not None:
-            bucket.bytecode_from_string(found)
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        self.code[bucket.key] = bucket.bytecode_to_string()
-
-
-COMPILED_TEMPLATES = _CompiledTemplates()
-
-
 @pytest.fixture
 def app(settings: Settings) -> Iterator[Flask]:
     application = create_app(settings)
-    application.jinja_env.bytecode_cache = COMPILED_TEMPLATES
     application.config["TESTING"] = True
     yield application
     application.extensions["jobdesk"].dispose()

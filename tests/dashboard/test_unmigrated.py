@@ -107,9 +107,14 @@ def test_jobdesk_dashboard_says_it_at_start(empty_db_url: str, tmp_path: Path) -
             lines.append(line.rstrip("\n"))
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=30)
-        if server.stdout is not None:
-            server.stdout.close()
+        try:
+            server.wait(timeout=30)
+        finally:
+            if server.poll() is None:  # never left running for a later test to trip over
+                server.kill()
+                server.wait()
+            if server.stdout is not None:
+                server.stdout.close()
     assert lines == [
         f"{NO_SCHEMA} (until then every page answers 503)",
         f"Jobdesk dashboard on http://127.0.0.1:{port}/  (Ctrl+C to stop)",
