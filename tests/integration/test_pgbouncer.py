@@ -36,6 +36,7 @@ from jobdesk.shared.operator.queries.jobs import statement_deadline
 from jobdesk.shared.settings import Settings, SettingsError
 from jobdesk.worker.budget import budget_for
 from jobdesk.worker.resilience import DB_ERRORS
+from tests import zygote
 from tests.dashboard.conftest import PASSWORD, SECRET, Browser
 from tests.integration.conftest import BouncedDatabase
 from tests.worker.procs import Workers, attempts_of, effect_rows, wait_for
@@ -55,15 +56,7 @@ def _env(database: BouncedDatabase, **extra: str) -> dict[str, str]:
 
 
 def _cli(database: BouncedDatabase, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(JOBDESK), *args],
-        cwd=REPO,
-        env=_env(database, **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return zygote.run([str(JOBDESK), *args], cwd=REPO, env=_env(database, **env), timeout=60)
 
 
 @pytest.fixture(scope="module")

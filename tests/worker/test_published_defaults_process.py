@@ -5,7 +5,6 @@ enqueue`)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from jobdesk.shared.core.published_types import (
     publish_defaults,
     published_defaults,
 )
+from tests import zygote
 from tests.worker.procs import JOBDESK, REPO, Workers, job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -43,14 +43,11 @@ def options_of(engine: sa.Engine, job_id: int) -> tuple[str, int, int, float | N
 
 def cli_enqueue(db_url: str, job_type: str) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
-    result = subprocess.run(
+    result = zygote.run(
         [str(JOBDESK), "enqueue", job_type, "{}"],
         cwd=REPO,
         env=env | {"JOBDESK_DATABASE_URL": db_url},
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
     assert result.returncode == 0, result.stderr
     return int(result.stdout.strip())

@@ -6,7 +6,6 @@ SQLite)."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 import sqlalchemy as sa
@@ -16,6 +15,7 @@ from jobdesk import NewJob, enqueue_many
 from jobdesk.shared.core.models import job_attempts
 from jobdesk.shared.secrets.keys import sealer_for
 from jobdesk.shared.secrets.models import job_secrets
+from tests import zygote
 from tests.worker.procs import JOBDESK, Workers, statuses
 
 pytestmark = pytest.mark.slow
@@ -44,10 +44,7 @@ def test_rotation_under_running_workers(
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     env |= {"JOBDESK_DATABASE_URL": db_url, "JOBDESK_ENCRYPTION_KEYS": both}
-    rotated = subprocess.run(
-        [str(JOBDESK), "keys", "rotate", "--batch", "500"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    rotated = zygote.run([str(JOBDESK), "keys", "rotate", "--batch", "500"], env=env, timeout=120)
     assert rotated.returncode == 0, rotated.stderr
     assert rotated.stdout.strip() == f"{total:,} secrets sealed with the first key"
     procs.cleanup()  # the workers ran all through the rotation

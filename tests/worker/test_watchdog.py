@@ -7,7 +7,6 @@ import io
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -22,6 +21,7 @@ from jobdesk.worker.watchdog import (
     default_limit,
     limit_at,
 )
+from tests import zygote
 from tests.worker.procs import JOB_MODULE, JOBDESK, Workers, attempts_of, effect_rows, job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -117,14 +117,7 @@ def test_the_timer_runs_to_the_earliest_timeout_plus_the_grace_within_bounds() -
 def test_a_limit_under_the_floor_is_refused_naming_the_setting(db_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDESK_")}
     env |= {"JOBDESK_DATABASE_URL": db_url, "JOBDESK_WATCHDOG_SECONDS": "2"}
-    done = subprocess.run(
-        [str(JOBDESK), "worker", "--jobs", JOB_MODULE],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = zygote.run([str(JOBDESK), "worker", "--jobs", JOB_MODULE], env=env, timeout=60)
     assert done.returncode == 1
     assert "JOBDESK_WATCHDOG_SECONDS=2: must be 0 (off) or at least 5 seconds" in done.stderr
 
