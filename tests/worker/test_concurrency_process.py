@@ -16,7 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from jobdesk import NewJob, enqueue_many
+from jobdesk.shared.core.db import make_engine
 from jobdesk.shared.core.models import job_attempts, jobs
+from jobdesk.shared.settings import Settings
 from tests.shared.flow.test_concurrency import peak_running
 from tests.worker.jobmods.keyed import LIMIT
 from tests.worker.procs import Worker, Workers, statuses, wait_for
@@ -47,16 +49,26 @@ def kill_while_it_holds_jobs(engine: sa.Engine, worker: Worker) -> float:
     """SIGKILL the worker at a moment it holds running jobs; when it died. It is stopped
     (SIGSTOP) while the database is asked, so it cannot finish them between the check and
     the kill — on a busy machine the test process can lose its core for longer than a
-    job takes."""
+    job takes. The question is asked in a deferred (read-only) transaction: on SQLite the
+    stopped worker may hold the write lock, which `BEGIN IMMEDIATE` would wait out and
+    fail on."""
+    url = engine.url.render_as_string(hide_password=False)
+    reader = make_engine(url, settings=Settings(), sqlite_begin="DEFERRED")
 
     def stopped_holding_jobs() -> bool:
         worker.signal(signal.SIGSTOP)
-        if running_in(engine, worker.log()):
-            return True
-        worker.signal(signal.SIGCONT)
-        return False
+        holding = False
+        try:
+            holding = running_in(reader, worker.log())
+        finally:
+            if not holding:  # also when the question failed: never leave it stopped
+                worker.signal(signal.SIGCONT)
+        return holding
 
-    wait_for(stopped_holding_jobs, 30, interval=0.01)
+    try:
+        wait_for(stopped_holding_jobs, 30, interval=0.01)
+    finally:
+        reader.dispose()
     worker.signal(signal.SIGKILL)
     return time.time()
 
