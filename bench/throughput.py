@@ -8,6 +8,7 @@ with PgQueuer 1.6 and a raw psycopg claim/complete loop, in alternating rounds.
     .venv/bin/python bench/throughput.py --ci-guard     # CI: Jobdesk vs raw, exit 1 if slow
     .venv/bin/python bench/throughput.py --async-handlers [--jobs 20000] [--rounds 3]
     .venv/bin/python bench/throughput.py --keyed [--jobs 20000] [--rounds 3]
+    .venv/bin/python bench/throughput.py --otel [--jobs 20000] [--rounds 3]
 
 Jobs are enqueued first (not timed); the consumer is then started and the rate is N /
 (last finished - first started) as recorded by the database, so process start-up is not
@@ -453,15 +454,26 @@ TRACED_ENV = {
     "OTEL_LOGS_EXPORTER": "none",
     "OTEL_SERVICE_NAME": "jobdesk-bench",
 }
+#: Sets the SDK up as an app does, exporters that drop everything (`otel_noop/`).
+NOOP_EXPORTER_SETUP = HERE / "otel_noop"
+
+
+def with_noop_exporter(env: dict[str, str]) -> dict[str, str]:
+    """The worker's environment with `otel_noop/sitecustomize.py` loaded at start-up."""
+    paths = [str(NOOP_EXPORTER_SETUP), *filter(None, [env.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def traced(
     server: str, n: int, count: int, worker_args: Sequence[str], database: str = PG_DATABASE
 ) -> None:
-    """The default worker with and without an OpenTelemetry SDK (every attempt a span)."""
+    """The default worker without and with an OpenTelemetry SDK (every attempt a span):
+    set up by `opentelemetry-instrument` with no exporter (no span processor, no metric
+    reader), and set up as an app does with exporters that drop what they get."""
     url = fresh_postgres(server, database)
     engine = make_engine(url, settings=Settings())
     instrument = [str(JOBDESK.with_name("opentelemetry-instrument"))]
+    noop_env = with_noop_exporter(worker_env(url))
 
     def plain(size: int) -> Measured:
         reset_and_fill(engine, size)
@@ -471,18 +483,22 @@ def traced(
         reset_and_fill(engine, size)
         return run_worker(url, engine, size, worker_args, TRACED_ENV, instrument)
 
-    results = rounds({"untraced": plain, "OTel SDK": with_sdk}, n, count)
+    def with_noop(size: int) -> Measured:
+        reset_and_fill(engine, size)
+        return run_worker(url, engine, size, worker_args, noop_env)
+
+    drains = {"untraced": plain, "SDK, no exporter": with_sdk, "SDK, no-op exporter": with_noop}
+    results = rounds(drains, n, count)
     for name, got in results.items():
         rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
-        print(f"  {name:<10} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
-    ratios = [
-        t.rate / u.rate for t, u in zip(results["OTel SDK"], results["untraced"], strict=True)
-    ]
-    print(
-        f"traced / untraced: {median(ratios):.2f} median of rounds "
-        f"({', '.join(f'{r:.2f}' for r in ratios)})",
-        flush=True,
-    )
+        print(f"  {name:<19} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
+    for name in list(drains)[1:]:
+        ratios = [t.rate / u.rate for t, u in zip(results[name], results["untraced"], strict=True)]
+        print(
+            f"{name} / untraced: {median(ratios):.2f} median of rounds "
+            f"({', '.join(f'{r:.2f}' for r in ratios)})",
+            flush=True,
+        )
     engine.dispose()
 
 
@@ -552,8 +568,10 @@ def main() -> None:
     parser.add_argument(
         "--otel",
         action="store_true",
-        help="PostgreSQL: the default worker untraced vs under opentelemetry-instrument "
-        "(SDK, every attempt a span, no exporter), first --jobs size",
+        help="PostgreSQL: the default worker untraced vs with the OpenTelemetry SDK (every "
+        "attempt a span): under opentelemetry-instrument with no exporter, and set up with "
+        "a batch span processor and a metric reader whose exporters drop everything "
+        "(bench/otel_noop), first --jobs size",
     )
     parser.add_argument(
         "--keyed",
