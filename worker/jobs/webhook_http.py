@@ -274,7 +274,9 @@ async def _exchange(
             await connection.writer.drain()
         response = await _response_head(connection, timeout)
     except TimeoutError as exc:
-        raise _Failed(_failure("timeout", exc, started, address)) from None
+        # `asyncio.timeout` raises a TimeoutError without a message: say what ran out.
+        waited = f"no answer within {timeout:g} s"
+        raise _Failed(_failure("timeout", exc, started, address, waited)) from None
     except (OSError, h11.ProtocolError, EOFError) as exc:
         raise _Failed(_failure("unknown", exc, started, address)) from None
     answer = _CappedBody(response, started, address, max_bytes, timeout)

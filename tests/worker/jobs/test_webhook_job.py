@@ -293,6 +293,7 @@ def test_timeout_and_connection_refused_retry(engine: sa.Engine, receiver: Recei
     drain(engine)
     assert row(engine, slow).status == "failed"
     assert deliveries(engine, slow)[0]["outcome"] == "timeout"
+    assert "TimeoutError: no answer within " in row(engine, slow).last_error
     assert row(engine, down).status == "failed"
     assert deliveries(engine, down)[0]["outcome"] == "connect_error"
 
