@@ -446,6 +446,23 @@ def async_handlers(
     engine.dispose()
 
 
+def report_against_first(results: dict[str, list[Measured]]) -> None:
+    """Each drain's median rate and CPU per job, then every later drain's rate against
+    the first one's (the median of the rounds' ratios: drains of a round share its load)."""
+    width = max(len(name) for name in results)
+    for name, got in results.items():
+        rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
+        print(f"  {name:<{width}} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
+    first, *others = results
+    for name in others:
+        ratios = [d.rate / b.rate for d, b in zip(results[name], results[first], strict=True)]
+        print(
+            f"{name} / {first}: {median(ratios):.2f} median of rounds "
+            f"({', '.join(f'{r:.2f}' for r in ratios)})",
+            flush=True,
+        )
+
+
 #: `opentelemetry-instrument` sets the SDK up from these: a tracer provider that records
 #: every span and exports none (the cost of the instrumentation, not of an exporter).
 TRACED_ENV = {
@@ -488,17 +505,7 @@ def traced(
         return run_worker(url, engine, size, worker_args, noop_env)
 
     drains = {"untraced": plain, "SDK, no exporter": with_sdk, "SDK, no-op exporter": with_noop}
-    results = rounds(drains, n, count)
-    for name, got in results.items():
-        rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
-        print(f"  {name:<19} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
-    for name in list(drains)[1:]:
-        ratios = [t.rate / u.rate for t, u in zip(results[name], results["untraced"], strict=True)]
-        print(
-            f"{name} / untraced: {median(ratios):.2f} median of rounds "
-            f"({', '.join(f'{r:.2f}' for r in ratios)})",
-            flush=True,
-        )
+    report_against_first(rounds(drains, n, count))
     engine.dispose()
 
 
@@ -526,17 +533,7 @@ def keyed(
         return drain
 
     drains = {name: drain_of(*kind) for name, kind in KEYED_KINDS.items()}
-    results = rounds(drains, n, count)
-    for name, got in results.items():
-        rate, cpu = median([m.rate for m in got]), median([m.cpu_us for m in got])
-        print(f"  {name:<22} {rate:>8,.0f} jobs/s median ({cpu:,.0f} µs CPU/job)")
-    for name in list(KEYED_KINDS)[1:]:
-        ratios = [k.rate / u.rate for k, u in zip(results[name], results["no key"], strict=True)]
-        print(
-            f"{name} / no key: {median(ratios):.2f} median of rounds "
-            f"({', '.join(f'{r:.2f}' for r in ratios)})",
-            flush=True,
-        )
+    report_against_first(rounds(drains, n, count))
     engine.dispose()
 
 
